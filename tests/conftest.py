@@ -1,0 +1,33 @@
+"""Shared fixtures: tiny random models for unit tests, the real default model for `slow` tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.tiny import tiny_lm
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """A tiny random Llama-style model with a BPE tokenizer that puts BOS first."""
+    return tiny_lm("llama")
+
+
+@pytest.fixture(scope="session")
+def default_lm():
+    """The real Gemma-3-270M (converted once into the cache); tests using it are marked slow."""
+    from babelprobe.models import load_model
+
+    return load_model("default", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, tiny):
+    """The `tiny` model saved as a local model directory, for CLI tests (`--model DIR`)."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny.model.save_pretrained(path)
+    tiny.tokenizer.save_pretrained(path)
+    return path

@@ -1,0 +1,126 @@
+"""Item schema, file formats, native COMPS/XCOMPS loading and validation errors."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.items import load_items, to_pairs, write_items
+
+
+def records(n_pairs=3, language="de"):
+    rows = []
+    for p in range(n_pairs):
+        for label in (1, 0):
+            rows.append({"item_id": f"p{p}-{label}", "pair_id": f"p{p}", "language": language,
+                         "subset": "random", "label": label, "text": f"Satz {p} {label}.", "extra": p})
+    return rows
+
+
+def write_jsonl(path, rows):
+    path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
+def test_round_trip_every_format_keeps_unknown_fields(tmp_path, suffix):
+    items = load_items(pd.DataFrame(records()))
+    path = tmp_path / f"items{suffix}"
+    write_items(items, path)
+    back = load_items(path)
+    assert back["item_id"].tolist() == items["item_id"].tolist()
+    assert back["label"].tolist() == [1, 0] * 3
+    assert back["extra"].astype(int).tolist() == items["extra"].tolist()
+
+
+def test_missing_field_names_field_and_line(tmp_path):
+    rows = records()
+    del rows[3]["subset"]
+    path = write_jsonl(tmp_path / "items.jsonl", rows)
+    with pytest.raises(BabelprobeError, match=r"items.jsonl:4: missing field 'subset'"):
+        load_items(path)
+
+
+def test_malformed_json_line_is_named(tmp_path):
+    path = tmp_path / "items.jsonl"
+    lines = [json.dumps(r) for r in records()]
+    lines[2] = lines[2][:-3]
+    path.write_text("\n".join(lines))
+    with pytest.raises(BabelprobeError, match=r"items.jsonl:3: malformed JSON"):
+        load_items(path)
+
+
+def test_whitespace_text_duplicate_id_unknown_language(tmp_path):
+    rows = records()
+    rows[1]["text"] = "   "
+    with pytest.raises(BabelprobeError, match="p0-0 has an empty or whitespace-only text"):
+        load_items(write_jsonl(tmp_path / "a.jsonl", rows))
+    rows = records()
+    rows[2]["item_id"] = rows[0]["item_id"]
+    with pytest.raises(BabelprobeError, match=r"duplicate item_id 'p0-1' at .*a.jsonl:1 and .*a.jsonl:3"):
+        load_items(write_jsonl(tmp_path / "a.jsonl", rows))
+    rows = records(language="xx")
+    with pytest.raises(BabelprobeError, match="unknown language code 'xx'"):
+        load_items(write_jsonl(tmp_path / "a.jsonl", rows))
+
+
+def test_bad_label_empty_file_non_utf8_and_missing_path(tmp_path):
+    rows = records()
+    rows[0]["label"] = "yes"
+    with pytest.raises(BabelprobeError, match="label 'yes'"):
+        load_items(write_jsonl(tmp_path / "a.jsonl", rows))
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(BabelprobeError, match="empty"):
+        load_items(tmp_path / "empty.jsonl")
+    (tmp_path / "latin.csv").write_bytes("item_id,text\n1,Stra\xdfe\n".encode("latin-1"))
+    with pytest.raises(BabelprobeError, match="not UTF-8"):
+        load_items(tmp_path / "latin.csv")
+    with pytest.raises(BabelprobeError, match="neither a bundled set"):
+        load_items(tmp_path / "nope.jsonl")
+
+
+def test_native_comps_records_become_pairs_with_language_from_file_name(tmp_path):
+    rows = [{"id": 7, "property": "can bark", "acceptable_concept": "dog", "unacceptable_concept": "cat",
+             "prefix_acceptable": "Ein Hund", "prefix_unacceptable": "Eine Katze",
+             "property_phrase": "kann bellen.", "negative_sample_type": "taxonomic"}]
+    items = load_items(write_jsonl(tmp_path / "comps_de.jsonl", rows))
+    assert items["text"].tolist() == ["Ein Hund kann bellen.", "Eine Katze kann bellen."]
+    assert set(items["language"]) == {"de"} and set(items["subset"]) == {"taxonomic"}
+    assert items["prefix"].tolist() == ["Ein Hund", "Eine Katze"]
+    assert items["continuation"].tolist() == ["kann bellen."] * 2
+    pair = to_pairs(items).iloc[0]
+    assert (pair["text_good"], pair["text_bad"]) == ("Ein Hund kann bellen.", "Eine Katze kann bellen.")
+    assert pair["acceptable_concept"] == "dog"
+
+
+def test_native_chinese_joins_without_space_and_full_sentence_variant(tmp_path):
+    rows = [{"prefix_acceptable": "狗", "prefix_unacceptable": "猫", "property_phrase": "会汪汪叫。",
+             "negative_sample_type": "random"}]
+    items = load_items(write_jsonl(tmp_path / "comps_zh.jsonl", rows))
+    assert items["text"].tolist() == ["狗会汪汪叫。", "猫会汪汪叫。"]
+    full = [{"acceptable_sent": "A dog can bark.", "unacceptable_sent": "A cat can bark.", "language": "en"}]
+    items = load_items(write_jsonl(tmp_path / "xcomps.jsonl", full))
+    assert items.sort_values("label")["text"].tolist() == ["A cat can bark.", "A dog can bark."]
+
+
+def test_native_comps_without_language_is_an_error(tmp_path):
+    rows = [{"prefix_acceptable": "A dog", "prefix_unacceptable": "A cat", "property_phrase": "can bark."}]
+    with pytest.raises(BabelprobeError, match="cannot tell the language"):
+        load_items(write_jsonl(tmp_path / "pairs.jsonl", rows))
+
+
+def test_to_pairs_needs_one_good_and_one_bad():
+    rows = records()
+    rows[1]["label"] = 1
+    with pytest.raises(BabelprobeError, match="pair 'p0' needs exactly one item with label 1"):
+        to_pairs(load_items(pd.DataFrame(rows)))
+
+
+def test_selection_and_limit():
+    rows = records(4, "de") + [dict(r, item_id="fr" + r["item_id"], pair_id="fr" + r["pair_id"], language="fr")
+                               for r in records(4)]
+    items = load_items(pd.DataFrame(rows), languages=["fr"], limit=2)
+    assert items["pair_id"].unique().tolist() == ["frp0", "frp1"]
+    with pytest.raises(BabelprobeError, match="language es not in the items"):
+        load_items(pd.DataFrame(rows), languages=["es"])

@@ -1,0 +1,95 @@
+"""The token log-prob core against an independent plain forward pass, on tiny random models."""
+
+import numpy as np
+import pytest
+import torch
+
+from babelprobe.benchmarks.logprobs import length_batches, token_logprobs
+from babelprobe.errors import BabelprobeError
+from tests.tiny import tiny_lm
+
+TEXTS = ["A dog can bark.", "Ein Hund kann bellen.", "狗会汪汪叫。", "犬は吠える。", "개는 짖을 수 있다.",
+         "Собака умеет лаять.", "Con chó có thể sủa.", "x"]
+
+
+def reference_token_logprobs(lm, text):
+    """Unpadded single sentence, the model's own full forward pass, float64 log-softmax."""
+    ids = torch.tensor([lm.encode([text])[0].ids])
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids).logits[0].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    return np.array([logp[j - 1, ids[0, j]].item() for j in range(1, ids.shape[1])])
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt2"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_matches_plain_forward_pass(arch, side):
+    lm = tiny_lm(arch)
+    scored = token_logprobs(lm, TEXTS, padding_side=side, batch_tokens=40, progress=False)
+    for text, s in zip(TEXTS, scored):
+        np.testing.assert_allclose(s.logprobs, reference_token_logprobs(lm, text), atol=1e-5)
+        assert s.n_tokens == len(lm.encode([text])[0].ids) - 1  # every token after BOS
+
+
+def test_batched_equals_one_at_a_time(tiny):
+    together = token_logprobs(tiny, TEXTS, batch_tokens=4096, progress=False)
+    alone = [token_logprobs(tiny, [t], progress=False)[0] for t in TEXTS]
+    for a, b in zip(together, alone):
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_continuation_given_prefix_is_the_chain_rule_remainder(tiny):
+    text, prefix = "Ein Hund kann bellen.", "Ein Hund"
+    full = token_logprobs(tiny, [text], progress=False)[0]
+    cont = token_logprobs(tiny, [text], score_from=[len(prefix)], progress=False)[0]
+    assert not cont.spans_join
+    assert all(end > len(prefix) for _, end in cont.offsets)
+    # log p(text) = log p(prefix tokens) + log p(continuation tokens | prefix)
+    n_prefix = full.n_tokens - cont.n_tokens
+    np.testing.assert_allclose(full.logprobs[n_prefix:], cont.logprobs, atol=1e-6)
+    assert all(end <= len(prefix) for _, end in full.offsets[:n_prefix])
+
+
+def test_token_spanning_the_join_is_scored_and_flagged(tiny):
+    text = "Ein Hund kann bellen."
+    enc = tiny.encode([text])[0]
+    start, end = next((s, e) for s, e in enc.offsets[1:] if e - s > 2)
+    scored = token_logprobs(tiny, [text], score_from=[start + 1], progress=False)[0]
+    assert scored.spans_join and scored.offsets[0] == (start, end)
+
+
+def test_without_bos_the_first_token_is_not_scored():
+    lm = tiny_lm("llama", bos=False)
+    assert lm.bos_policy == "none"
+    scored = token_logprobs(lm, ["A dog can bark."], progress=False)[0]
+    assert scored.n_tokens == len(lm.encode(["A dog can bark."])[0].ids) - 1
+    np.testing.assert_allclose(scored.logprobs, reference_token_logprobs(lm, "A dog can bark."), atol=1e-5)
+
+
+def test_over_length_text_is_an_error_unless_truncated():
+    lm = tiny_lm("llama", max_positions=8)
+    long = "Кошка умеет лазить по деревьям. " * 3
+    with pytest.raises(BabelprobeError, match=r"item long-1 has \d+ tokens, more than the model's context of 8"):
+        token_logprobs(lm, ["ok", long], names=["ok-1", "long-1"], progress=False)
+    scored = token_logprobs(lm, [long], truncate=True, progress=False)[0]
+    assert scored.truncated and scored.n_tokens == 7
+
+
+def test_length_batches_respect_budget_and_cover_everything():
+    lengths = [5, 17, 3, 9, 9, 30, 1]
+    batches = length_batches(lengths, batch_tokens=30)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for batch in batches:
+        assert len(batch) == 1 or len(batch) * max(lengths[i] for i in batch) <= 30
+    assert [lengths[b[0]] for b in batches] == sorted((lengths[b[0]] for b in batches), reverse=True)
+
+
+def test_duplicates_are_scored_once_and_returned_in_order(tiny, monkeypatch):
+    import babelprobe.benchmarks.logprobs as core
+
+    seen = []
+    original = core._score_batch
+    monkeypatch.setattr(core, "_score_batch", lambda lm, encs, *a: seen.extend(encs) or original(lm, encs, *a))
+    out = token_logprobs(tiny, ["a b", "c d", "a b"], progress=False)
+    assert len(seen) == 2
+    np.testing.assert_array_equal(out[0].logprobs, out[2].logprobs)

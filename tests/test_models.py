@@ -1,0 +1,95 @@
+"""Model loading by spec, fingerprints, and the once-only cached GGUF conversion."""
+
+import threading
+import time
+
+import pytest
+import torch
+
+import babelprobe.models as models
+from babelprobe.errors import BabelprobeError
+from babelprobe.models import load_model, wrap_model
+from tests.tiny import tiny_lm
+
+
+def test_local_directory_loads_with_same_numbers(tiny, tiny_dir):
+    lm = load_model(str(tiny_dir), device="cpu")
+    assert (lm.n_layers, lm.d_model, lm.bos_policy) == (tiny.n_layers, tiny.d_model, "bos")
+    ids = torch.tensor([lm.encode(["Ein Hund kann bellen."])[0].ids])
+    with torch.no_grad():
+        torch.testing.assert_close(lm.model(input_ids=ids).logits, tiny.model(input_ids=ids).logits)
+    assert load_model(str(tiny_dir), device="cpu").fingerprint == lm.fingerprint
+
+
+def test_fingerprint_changes_with_weights_and_tokenizer():
+    a, b = tiny_lm(seed=0), tiny_lm(seed=1)
+    assert a.fingerprint != b.fingerprint
+    assert tiny_lm(seed=0).fingerprint == a.fingerprint
+    assert tiny_lm(seed=0, bos=False).fingerprint != a.fingerprint
+
+
+def test_unknown_spec_missing_gguf_and_unreachable_hub_are_one_line_errors(tmp_path, monkeypatch):
+    with pytest.raises(BabelprobeError, match="unknown model spec"):
+        load_model("not a model")
+    with pytest.raises(BabelprobeError, match="does not exist"):
+        load_model(str(tmp_path / "x.gguf"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(BabelprobeError, match="cannot download model 'nobody/no-such-model'"):
+        load_model("nobody/no-such-model")
+
+
+def test_directory_without_config_is_an_error(tmp_path):
+    with pytest.raises(BabelprobeError, match="has no config.json"):
+        load_model(str(tmp_path))
+
+
+def test_auto_dtype_is_fp32_on_cpu_and_bf16_on_gpu():
+    assert models.auto_dtype(torch.device("cpu")) == torch.float32
+    assert models.auto_dtype(torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(BabelprobeError, match="unknown dtype"):
+        models.parse_dtype("int3")
+
+
+def test_conversion_runs_once_under_concurrency_and_is_atomic(tmp_path, monkeypatch):
+    """Two converters at once: one converts, the other waits and reuses; no partial dir is visible."""
+    monkeypatch.setenv("BABELPROBE_CACHE", str(tmp_path))
+    calls = []
+
+    def slow_dequantise(gguf, out):
+        calls.append(gguf)
+        out.mkdir()
+        time.sleep(0.3)
+        assert not any(p.name.startswith("gguf-") and p.is_dir() for p in tmp_path.iterdir())
+        (out / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models, "_dequantise", slow_dequantise)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(models._convert_once("ab" * 32, lambda t: t / "m.gguf")))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and results[0] == results[1] and (results[0] / "config.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".convert-")]
+
+
+def test_failed_conversion_leaves_nothing_under_the_final_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("BABELPROBE_CACHE", str(tmp_path))
+
+    def broken(gguf, out):
+        out.mkdir()
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(models, "_dequantise", broken)
+    with pytest.raises(BabelprobeError, match="No space left on device; free space there or set BABELPROBE_CACHE"):
+        models._convert_once("cd" * 32, lambda t: t / "m.gguf")
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
+
+
+def test_wrap_model_refuses_slow_tokenizer(tiny):
+    class Slow:
+        is_fast = False
+
+    with pytest.raises(BabelprobeError, match="not a fast tokenizer"):
+        wrap_model(tiny.model, Slow())
