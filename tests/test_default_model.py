@@ -47,3 +47,19 @@ def test_batch_size_and_padding_side_do_not_change_scores(default_lm):
     for a, b, c in zip(one, sixteen, left):
         np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-4)
         np.testing.assert_allclose(b.logprobs, c.logprobs, atol=1e-4)
+
+
+def test_cli_scores_a_slice_of_the_sample_in_every_language_and_subset(tmp_path, capsys):
+    from babelprobe.cli import main
+
+    out = tmp_path / "direct.csv"
+    assert main(["score", "direct", "--model", "default", "--items", "xcomps-sample", "--limit", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    import pandas as pd
+
+    table = pd.read_csv(out)
+    assert table.groupby(["language", "subset"]).size().shape[0] >= 9 * 4
+    for col in ("text_good", "text_bad", "score_good", "score_bad", "correct"):
+        assert table[col].notna().all()
+    printed = capsys.readouterr().out
+    assert "direct accuracy" in printed and "taxonomic" in printed

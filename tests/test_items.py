@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.items import load_items, to_pairs, write_items
+from babelprobe.items import language_table, load_items, to_pairs, write_items
 
 
 def records(n_pairs=3, language="de"):
@@ -124,3 +124,29 @@ def test_selection_and_limit():
     assert items["pair_id"].unique().tolist() == ["frp0", "frp1"]
     with pytest.raises(BabelprobeError, match="language es not in the items"):
         load_items(pd.DataFrame(rows), languages=["es"])
+
+
+def test_bundled_xcomps_sample_is_complete_and_parallel():
+    items = load_items("xcomps-sample")
+    table = language_table()
+    languages = set(items["language"])
+    assert len(languages) >= 9 and "en" in languages
+    typology = table.loc[sorted(languages), "typology"]
+    assert {"analytic", "inflectional", "agglutinative"} <= set(typology)
+    assert (typology[typology.index != "en"] == "inflectional").sum() >= 3
+    assert (typology == "agglutinative").sum() >= 2
+    assert set(items["subset"]) == {"taxonomic", "overlap", "co-occurrence", "random"}
+    stems = items.groupby("language")["stem"].apply(frozenset)
+    assert stems.nunique() == 1 and len(stems.iloc[0]) >= 60 * 4  # same properties × subsets everywhere
+    pairs = to_pairs(items)
+    assert (pairs["text_good"] != pairs["text_bad"]).all()
+    for row in items.sample(50, random_state=0).itertuples():  # text = prefix + separator + continuation
+        assert row.text == row.prefix + table.at[row.language, "separator"] + row.continuation
+
+
+def test_language_table_has_xcomps_languages_and_english():
+    table = language_table()
+    xcomps = set(table.index[table["in_xcomps"] == "yes"])
+    assert xcomps == {"ar", "ca", "de", "el", "es", "fa", "fr", "he", "hu", "ja", "ko", "nl", "ru", "tr", "uk",
+                      "vi", "zh"}
+    assert "en" in table.index and set(table["typology"]) == {"analytic", "inflectional", "agglutinative"}

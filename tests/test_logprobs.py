@@ -93,3 +93,17 @@ def test_duplicates_are_scored_once_and_returned_in_order(tiny, monkeypatch):
     out = token_logprobs(tiny, ["a b", "c d", "a b"], progress=False)
     assert len(seen) == 2
     np.testing.assert_array_equal(out[0].logprobs, out[2].logprobs)
+
+
+def test_option_scores_are_continuations_of_the_prompt(tiny):
+    from babelprobe.benchmarks.choices import choose, option_scores
+
+    prompt = "Which concept has the property? Answer: "
+    scores = option_scores(tiny, [prompt, "A dog"], [["dog", "cat", "eagle"], [" can bark.", " can fly."]],
+                           progress=False)
+    assert [len(s) for s in scores] == [3, 2]
+    full = reference_token_logprobs(tiny, prompt + "cat")  # entry j-1 is token j
+    offsets = tiny.encode([prompt + "cat"])[0].offsets
+    option_tokens = [j for j in range(1, len(offsets)) if offsets[j][1] > len(prompt)]
+    assert scores[0][1] == pytest.approx(full[[j - 1 for j in option_tokens]].sum(), abs=1e-5)
+    assert choose(tiny, [prompt], [["dog", "cat", "eagle"]], progress=False)[0] == int(np.argmax(scores[0]))
