@@ -1,0 +1,98 @@
+"""`babelprobe extract` (activations of every layer into an HDF5 store) and `babelprobe verify` (check one).
+
+    babelprobe extract --model default --items xcomps-sample --out acts/ --pool both
+    babelprobe verify acts/
+    torchrun --nproc-per-node 8 -m babelprobe extract ... --out acts/     # one store, 8 GPUs
+"""
+
+from __future__ import annotations
+
+import sys
+
+from babelprobe.cli.common import add_items_options, add_model_options, items_from
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract.backends import BACKENDS
+from babelprobe.extract.store import COMPRESSIONS, DTYPES, open_store, verify_store
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "extract", help="store every layer's last-token / mean activations of the items (HDF5 shards)",
+        description="Run the items through the model once and store, for every requested layer (0 = embeddings, "
+        "i = output of block i before the final norm), the last-token and/or mean-pooled hidden state in "
+        "crash-safe HDF5 shards. Running the same command again resumes an interrupted run.")
+    add_model_options(parser, dtype_option="--model-dtype")
+    add_items_options(parser)
+    group = parser.add_argument_group("extraction")
+    group.add_argument("--out", required=True, metavar="DIR", help="store directory (created if missing)")
+    group.add_argument("--backend", choices=BACKENDS, default="hf",
+                       help="hf (own hooks, fastest), transformer_lens (TransformerBridge) or nnsight; "
+                       "all store the same values")
+    group.add_argument("--pool", choices=("last", "mean", "both"), default="last",
+                       help="last token, masked mean over the text's tokens (BOS excluded), or both (default last)")
+    group.add_argument("--layers", default="all", metavar="SPEC",
+                       help="all (default), a range 0-18, a list 0,6,12, or a mix 0-4,12")
+    group.add_argument("--dtype", dest="store_dtype", choices=DTYPES, default="float32",
+                       help="dtype on disk (default float32; bfloat16 is stored as raw 16 bits)")
+    group.add_argument("--on-overflow", choices=("error", "bfloat16", "float32"), default="error",
+                       help="when a shard's values exceed float16's range: stop with an error naming the layer "
+                       "(default), or store that shard as bfloat16 / float32")
+    group.add_argument("--shard-size", type=int, metavar="N",
+                       help="items per shard (default: at most 256 MiB of float32 per pooling and 2048 items)")
+    group.add_argument("--batch-tokens", type=int, default=8192, metavar="N",
+                       help="token budget per batch: batch size × longest text (default 8192)")
+    group.add_argument("--compression", choices=COMPRESSIONS, default="none", help="HDF5 compression (default none)")
+    group.add_argument("--padding-side", choices=("right", "left"), default="right",
+                       help="padding side (results do not depend on it)")
+    group.add_argument("--truncate", action="store_true",
+                       help="keep the first tokens of a text longer than the context instead of stopping")
+    group.add_argument("--overwrite", action="store_true",
+                       help="replace a store made with another model or other settings")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run_extract)
+
+    check = sub.add_parser(
+        "verify", help="check an activation store (checksums, shapes, NaN/inf, manifest)",
+        description="Recompute every shard's checksums and check shapes, dtypes, keys, finite values and the "
+        "manifest. Exit 0 with a one-line summary if the store is sound, 1 naming each problem otherwise.")
+    check.add_argument("store", metavar="DIR", help="store directory")
+    check.set_defaults(func=run_verify)
+
+
+def run_extract(args) -> int:
+    from babelprobe.extract.distributed import local_device
+    from babelprobe.extract.run import extract
+    from babelprobe.models import load_model
+
+    if args.shard_size is not None and args.shard_size < 1:
+        raise BabelprobeError(f"--shard-size must be at least 1, got {args.shard_size}")
+    items = items_from(args)
+    lm = load_model(args.model, device=args.device or local_device(), dtype=args.dtype, revision=args.revision,
+                    trust_remote_code=args.trust_remote_code)
+    source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit}
+    report = extract(lm, items, args.out, layers=args.layers, pool=args.pool, backend=args.backend,
+                     dtype=args.store_dtype, on_overflow=args.on_overflow, shard_size=args.shard_size,
+                     batch_tokens=args.batch_tokens, compression=args.compression, padding_side=args.padding_side,
+                     truncate=args.truncate, overwrite=args.overwrite, progress=not args.no_progress,
+                     source=source, provenance={"model": {"spec": args.model, "revision": args.revision},
+                                                "options": {k: v for k, v in vars(args).items() if k != "func"}})
+    from babelprobe.extract.distributed import env_world
+
+    if env_world()[0] == 0:
+        print(report.summary())
+    return 0
+
+
+def run_verify(args) -> int:
+    problems = verify_store(args.store)
+    if problems:
+        for problem in problems:
+            print(f"babelprobe: verify: {args.store}: {problem}", file=sys.stderr)
+        print(f"babelprobe: verify: {len(problems)} problem(s) in {args.store}", file=sys.stderr)
+        return 1
+    with open_store(args.store) as store:
+        layers = store.layers
+        print(f"OK {args.store}: {len(store)} items, layers {layers[0]}..{layers[-1]} ({len(layers)}), "
+              f"d_model {store.d_model}, {'+'.join(store.pools)}, {store.dtype}, "
+              f"{len(store.manifest['shards'])} shards, checksums match, all values finite")
+    return 0

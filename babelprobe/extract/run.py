@@ -1,0 +1,322 @@
+"""`extract`: run items through a model once and stream every requested layer's pooled activations into
+a store (see `store.py`), resumably and, under a launcher, across processes.
+
+How a run goes:
+  1. tokenise every text through `LoadedModel.encode` (the tokens the scorers see; too long: an error
+     naming the item, unless `truncate`);
+  2. rank 0 takes the store's lock, checks an existing store (same settings: resume; other settings:
+     refuse unless `overwrite`), removes partial leftovers and lists the shards still to do;
+  3. each process takes its shards; in a shard, texts are sorted by length and cut into batches under a
+     token budget, each text filling at least 90% of its row (`shard_batches`), run once through the
+     model by a backend that pools inside the forward pass, and put back in item order; on a GPU
+     out-of-memory the batch is halved and retried;
+  4. a finished shard is written atomically (temporary name, fsync, rename); the manifest is updated;
+  5. rank 0 writes the complete manifest. Throughput and padding efficiency are reported.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from babelprobe.benchmarks.logprobs import length_batches, pad_batch
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract.backends import backend_version, make_backend
+from babelprobe.extract.capture import Pooler
+from babelprobe.extract.distributed import World, join_world
+from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
+from babelprobe.models import LoadedModel
+
+MEAN_POOLING = "masked mean over the text's tokens, BOS excluded (BOS alone if the text is only BOS)"
+LAST_POOLING = "state at the text's last token"
+
+
+@dataclass
+class ExtractReport:
+    """What a run did: shards written and skipped (already complete), tokens and time."""
+
+    path: Path
+    n_items: int
+    n_shards: int
+    shards_written: int = 0
+    shards_skipped: int = 0
+    items_done: int = 0
+    real_tokens: int = 0
+    processed_tokens: int = 0
+    seconds: float = 0.0
+    backend: str = "hf"
+    halvings: int = 0
+    per_rank: list = field(default_factory=list)
+
+    @property
+    def padding_efficiency(self) -> float:
+        """Real tokens / tokens processed (batch size × longest text, summed over batches)."""
+        return self.real_tokens / self.processed_tokens if self.processed_tokens else 1.0
+
+    @property
+    def items_per_s(self) -> float:
+        return self.items_done / self.seconds if self.seconds else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.real_tokens / self.seconds if self.seconds else 0.0
+
+    def summary(self) -> str:
+        done = (f"extracted {self.items_done} items ({self.real_tokens} tokens) in {self.seconds:.1f} s: "
+                f"{self.items_per_s:.1f} items/s, {self.tokens_per_s:.0f} tokens/s, padding efficiency "
+                f"{self.padding_efficiency:.1%}" if self.items_done else "nothing left to extract")
+        skipped = f", {self.shards_skipped} already complete" if self.shards_skipped else ""
+        return (f"{done}\nstore {self.path}: {self.n_items} items in {self.n_shards} shards "
+                f"({self.shards_written} written{skipped}), backend {self.backend}")
+
+
+# ------------------------------------------------------------------------------------- arguments
+
+def parse_layers(spec, n_layers: int) -> list[int]:
+    """'all' / None -> 0..L; '0-18', '0,6,12', '0-4,12', or a list of ints (DESIGN numbering)."""
+    if spec is None or (isinstance(spec, str) and spec.strip().lower() == "all"):
+        return list(range(n_layers + 1))
+    if isinstance(spec, str):
+        out = []
+        for part in (p.strip() for p in spec.split(",") if p.strip()):
+            try:
+                if "-" in part[1:]:
+                    lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
+                    out += list(range(int(lo), int(hi) + 1))
+                else:
+                    out.append(int(part))
+            except ValueError as err:
+                raise BabelprobeError(f"--layers {spec!r}: {part!r} is not a layer number or range like 0-18") from err
+    else:
+        out = [int(x) for x in spec]
+    bad = [x for x in out if not 0 <= x <= n_layers]
+    if bad or not out:
+        raise BabelprobeError(f"--layers {spec!r}: layers must lie in 0..{n_layers} (0 = embeddings, "
+                              f"{n_layers} = last block)")
+    return sorted(set(out))
+
+
+def parse_pools(pool) -> tuple[str, ...]:
+    """'last', 'mean', 'both' or a sequence of them."""
+    if isinstance(pool, str):
+        pools = POOLS if pool == "both" else (pool,)
+    else:
+        pools = tuple(pool)
+    bad = [p for p in pools if p not in POOLS]
+    if bad or not pools:
+        raise BabelprobeError(f"unknown pooling {pool!r}; use last, mean or both")
+    return tuple(p for p in POOLS if p in pools)
+
+
+# -------------------------------------------------------------------------------------- batching
+
+MIN_FILL = 0.9
+
+
+def shard_batches(lengths: list[int], batch_tokens: int, min_fill: float = MIN_FILL) -> list[list[int]]:
+    """`length_batches` (longest first, batch size × longest ≤ budget), each batch cut further where a
+    text is shorter than `min_fill` × the batch's longest: every text then fills at least 90% of its
+    row, so little padding is processed whatever the budget (a few more, smaller batches)."""
+    out = []
+    for batch in length_batches(lengths, batch_tokens):
+        current = [batch[0]]
+        for i in batch[1:]:
+            if lengths[i] < min_fill * lengths[current[0]]:
+                out.append(current)
+                current = []
+            current.append(i)
+        out.append(current)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ run
+
+def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, *, layers=None, pool="last",
+            backend: str = "hf", dtype: str = "float32", on_overflow: str = "error",
+            shard_size: int | None = None, batch_tokens: int = 8192, compression: str = "none",
+            padding_side: str = "right", truncate: bool = False, overwrite: bool = False,
+            progress: bool = True, source: dict | None = None, provenance: dict | None = None) -> ExtractReport:
+    """Extract pooled activations of `items` (text column) into the store at `out`.
+
+    Parameters
+    ----------
+    layers : 'all' (default), '0-18', '0,6,12' or a list (0 = embeddings, i = output of block i).
+    pool : 'last', 'mean' or 'both'.
+    backend : 'hf', 'transformer_lens' or 'nnsight' (all store the same values).
+    dtype : float32, float16 or bfloat16 on disk; `on_overflow` ('error', 'bfloat16', 'float32') says
+        what to do with a shard whose values exceed float16's range.
+    shard_size : items per shard (default: at most 256 MiB of float32 per pooling and 2048 items).
+    batch_tokens : token budget per batch (batch size × longest text).
+    source : how to reload the items (e.g. {"source": "xcomps-sample", "languages": [...], "limit": 5}),
+        recorded in the manifest so later stages can find them.
+    Returns an `ExtractReport`; read the store with `open_store(out)`.
+    """
+    if items is None or len(items) == 0:
+        raise BabelprobeError("nothing to extract: the item set is empty")
+    from babelprobe.items import validate
+
+    items = validate(items.copy(), "items given to extract")  # schema, unique ids, non-empty texts
+    if batch_tokens < 1:
+        raise BabelprobeError(f"--batch-tokens must be positive, got {batch_tokens}")
+    if padding_side not in ("right", "left"):
+        raise BabelprobeError(f"padding side must be right or left, got {padding_side!r}")
+    layers, pools = parse_layers(layers, lm.n_layers), parse_pools(pool)
+    encodings = lm.encode(items["text"].tolist(), names=items["item_id"].tolist(), truncate=truncate)
+    keys = items[["item_id", "pair_id", "language", "subset", "label"]].copy()
+    keys["n_tokens"] = np.array([len(e.ids) for e in encodings], dtype=np.int32)
+    writer = _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression,
+                     truncate, source, provenance, batch_tokens, padding_side)
+    world = join_world(lm.device)
+    try:
+        return _run(lm, world, writer, encodings, keys, backend, layers, batch_tokens, padding_side,
+                    overwrite, progress)
+    finally:
+        world.close()
+
+
+def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression, truncate,
+            source, provenance, batch_tokens, padding_side) -> StoreWriter:
+    from babelprobe.extract.backends import BACKENDS
+    from babelprobe.items import items_hash
+
+    if backend not in BACKENDS:
+        raise BabelprobeError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    ihash = items_hash(items)
+    model_dtype = str(lm.dtype).removeprefix("torch.")
+    provenance = dict(provenance or {})
+    model = {**lm.describe(), **(provenance.pop("model", None) or {})}
+    item_info = {**(source or {}), **(provenance.pop("items", None) or {}), "hash": ihash, "n": len(items)}
+    settings = {"fingerprint": lm.fingerprint, "items_hash": ihash, "backend": backend, "model_dtype": model_dtype,
+                "truncate": truncate, "mean_excludes_bos": lm.bos_policy == "bos"}
+    return StoreWriter(
+        out, n_rows=len(items), layers=layers, d_model=lm.d_model, n_layers=lm.n_layers, pools=pools,
+        dtype=dtype, shard_size=shard_size, on_overflow=on_overflow, compression=compression,
+        settings=settings,
+        provenance={"model": model, "items": item_info, "bos_policy": lm.bos_policy,
+                    "backend": {"name": backend},
+                    "pooling": {p: (MEAN_POOLING if p == "mean" else LAST_POOLING) for p in pools},
+                    "batching": {"batch_tokens": batch_tokens, "padding_side": padding_side},
+                    **provenance})
+
+
+def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, layers, batch_tokens,
+         padding_side, overwrite, progress) -> ExtractReport:
+    report = ExtractReport(path=writer.path, n_items=writer.n_rows, n_shards=writer.n_shards, backend=backend_name)
+    lock = store_lock(writer.path)
+    held, todo, error = False, None, None
+    if world.is_main:
+        try:
+            ensure_dir(writer.path)
+            lock.__enter__()
+            held = True
+            todo = writer.prepare(overwrite=overwrite)
+        except BabelprobeError as err:
+            error = str(err)
+    try:
+        world.agree(error)
+        todo = world.gather(todo)[0]
+        mine = world.my_shards(todo)
+        report.shards_skipped = writer.n_shards - len(todo)
+        if progress and world.is_main and todo and report.shards_skipped:
+            tqdm.write(f"babelprobe: resuming {writer.path}: {report.shards_skipped} of {writer.n_shards} "
+                       "shards already complete")
+        error, stats = None, None
+        try:
+            stats = _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, batch_tokens,
+                                    padding_side, mine, progress)
+        except Exception as err:
+            if world.size == 1:
+                raise
+            error = str(err) if isinstance(err, BabelprobeError) else f"{type(err).__name__}: {err}"
+            world.agree(error)
+        world.agree(None)
+        everyone = world.gather(stats)
+        for key in ("shards_written", "items_done", "real_tokens", "processed_tokens", "halvings"):
+            setattr(report, key, sum(s[key] for s in everyone))
+        report.seconds = max(s["seconds"] for s in everyone)
+        report.per_rank = everyone if world.size > 1 else []
+        if world.is_main and not writer.already_complete:
+            writer.finish(extra={"backend": {"name": backend_name, "version": backend_version(backend_name)},
+                                 "world_size": world.size})
+        world.gather(None)  # every rank returns once the manifest is complete
+    finally:
+        if held:
+            lock.__exit__(None, None, None)
+    return report
+
+
+def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, batch_tokens, padding_side,
+                    shards, progress) -> dict:
+    stats = {"shards_written": 0, "items_done": 0, "real_tokens": 0, "processed_tokens": 0, "halvings": 0,
+             "seconds": 0.0}
+    if not shards:
+        return stats
+    total = sum(writer.shard_rows(k)[1] - writer.shard_rows(k)[0] for k in shards)
+    bar = tqdm(total=total, unit="item", desc="extract", dynamic_ncols=True,
+               disable=not progress or not world.is_main)
+    records = [] if world.size > 1 else [writer.record_of(k) for k in range(writer.n_shards)
+                                         if k not in shards and writer.shard_is_done(k)]
+    start = time.perf_counter()
+    with make_backend(backend_name, lm, layers) as backend, torch.inference_mode():
+        runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats)
+        for k in shards:
+            r0, r1 = writer.shard_rows(k)
+            arrays = {p: np.empty((r1 - r0, len(layers), lm.d_model), dtype=np.float32) for p in writer.pools}
+            shard_encodings = encodings[r0:r1]
+            for batch in shard_batches([len(e.ids) for e in shard_encodings], batch_tokens):
+                runner.run(batch, shard_encodings, arrays)
+                stats["items_done"] += len(batch)
+                bar.update(len(batch))
+                elapsed = time.perf_counter() - start
+                bar.set_postfix_str(f"{stats['real_tokens'] / max(elapsed, 1e-9):.0f} tok/s", refresh=False)
+            record = writer.write_shard(k, keys.iloc[r0:r1], arrays)
+            stats["shards_written"] += 1
+            if world.size == 1:  # the manifest shows progress; ranks leave it to rank 0
+                records.append(record)
+                writer.update_manifest(records, complete=False)
+    bar.close()
+    stats["seconds"] = time.perf_counter() - start
+    return stats
+
+
+class _BatchRunner:
+    """Runs one length-sorted batch through the backend and scatters the pooled rows into the shard's
+    arrays; halves the batch and retries when the GPU runs out of memory."""
+
+    def __init__(self, lm, backend, layers, pools, padding_side, stats):
+        self.lm, self.backend, self.layers, self.pools = lm, backend, layers, pools
+        self.padding_side, self.stats = padding_side, stats
+        self.exclude_bos = lm.bos_policy == "bos"
+
+    def run(self, rows: list[int], encodings, arrays) -> None:
+        try:
+            pooled = self._forward([encodings[i] for i in rows])
+        except torch.OutOfMemoryError:
+            pooled = None  # leave the except block first, so the failed batch's tensors are freed
+        if pooled is None:
+            if len(rows) == 1:
+                raise BabelprobeError(f"out of GPU memory on a single text of {len(encodings[rows[0]].ids)} "
+                                      "tokens; use a smaller model dtype or a bigger GPU")
+            torch.cuda.empty_cache()
+            self.stats["halvings"] += 1
+            half = len(rows) // 2
+            self.run(rows[:half], encodings, arrays)
+            self.run(rows[half:], encodings, arrays)
+            return
+        for pool, values in pooled.items():
+            arrays[pool][rows] = values
+
+    def _forward(self, encodings) -> dict[str, np.ndarray]:
+        batch = pad_batch(encodings, self.lm.pad_token_id, self.padding_side, self.lm.device)
+        pooler = Pooler(batch["attention_mask"], self.pools, len(self.layers), self.lm.d_model, self.exclude_bos)
+        self.backend.run(batch, pooler)
+        result = pooler.result()
+        self.stats["real_tokens"] += sum(len(e.ids) for e in encodings)
+        self.stats["processed_tokens"] += int(batch["input_ids"].numel())
+        return result

@@ -1,0 +1,255 @@
+"""Extraction on tiny random models: every backend against HF's own hidden states run one text at a time,
+padding sides, layer selection, stopping early, resume, settings checks, OOM halving, and the CLI."""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from babelprobe.cli import main
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract import extract, open_store, parse_layers, verify_store
+from babelprobe.extract.capture import Pooler
+from babelprobe.items import load_items
+from tests.tiny import CORPUS, tiny_lm
+
+BACKENDS = ("hf", "transformer_lens", "nnsight")
+
+
+def corpus_items(texts=CORPUS) -> pd.DataFrame:
+    n = len(texts)
+    return load_items(pd.DataFrame({"item_id": [f"t{i:02d}" for i in range(n)], "pair_id": [f"p{i // 2}" for i in range(n)],
+                                    "language": "en", "subset": ["a", "b"] * (n // 2) + ["a"] * (n % 2),
+                                    "label": [1, 0] * (n // 2) + [1] * (n % 2), "text": list(texts)}))
+
+
+def hf_reference(lm, text: str) -> tuple[np.ndarray, np.ndarray]:
+    """HF's own forward (the base model) on one text with `output_hidden_states`, the final norm swapped
+    for Identity so that the last entry is block L's output (HF returns it after the norm). Returns
+    (last, mean) [L+1, d], mean over the tokens after BOS (all tokens when the model has no BOS)."""
+    ids = torch.tensor([lm.encode([text])[0].ids])
+    body, norm = lm.parts.body, lm.parts.final_norm
+    name = next(n for n, m in body.named_children() if m is norm)
+    setattr(body, name, torch.nn.Identity())
+    try:
+        with torch.inference_mode():
+            # the base model (no vocabulary head: same hidden states, a fraction of the compute)
+            states = torch.stack(body(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states)
+    finally:
+        setattr(body, name, norm)
+    states = states[:, 0].double()
+    skip = 1 if lm.bos_policy == "bos" and states.shape[1] > 1 else 0
+    return states[:, -1].numpy(), states[:, skip:].mean(dim=1).numpy()
+
+
+def assert_close_rel(actual, expected, rtol, what=""):
+    scale = np.abs(expected).max(axis=-1, keepdims=True)
+    err = (np.abs(actual - expected) / scale).max()
+    assert err <= rtol, f"{what}: max relative error {err:.2e} > {rtol:.0e}"
+
+
+def test_pooler_last_and_mean_under_both_paddings():
+    hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
+    right = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    left = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    for mask, last_pos, text_pos in ((right, 2, [1, 2]), (left, 3, [2, 3])):
+        pooler = Pooler(mask, ("last", "mean"), 1, 3, exclude_bos=True)
+        pooler.add(0, hidden)
+        out = pooler.result()
+        np.testing.assert_array_equal(out["last"][0, 0], hidden[0, last_pos].numpy())
+        np.testing.assert_array_equal(out["last"][1, 0], hidden[1, 3].numpy())
+        np.testing.assert_allclose(out["mean"][0, 0], hidden[0, text_pos].mean(0).numpy())
+        np.testing.assert_allclose(out["mean"][1, 0], hidden[1, 1:].mean(0).numpy())
+    only_bos = Pooler(torch.tensor([[1, 0]]), ("mean",), 1, 3)
+    only_bos.add(0, hidden[:1, :2])
+    np.testing.assert_array_equal(only_bos.result()["mean"][0, 0], hidden[0, 0].numpy())
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt2"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_store_equals_hf_hidden_states_one_text_at_a_time(tmp_path, arch, backend):
+    lm = tiny_lm(arch)
+    items = corpus_items()
+    report = extract(lm, items, tmp_path / "s", pool="both", backend=backend, shard_size=7, batch_tokens=64,
+                     progress=False)
+    assert report.shards_written == 3 and report.processed_tokens >= report.real_tokens
+    store = open_store(tmp_path / "s")
+    assert store.layers == list(range(lm.n_layers + 1)) and store.manifest["backend"]["name"] == backend
+    last, mean = store.read_layers(pool="last"), store.read_layers(pool="mean")
+    for row, text in enumerate(items["text"]):
+        ref_last, ref_mean = hf_reference(lm, text)
+        assert_close_rel(last[row], ref_last, 1e-5, f"{arch}/{backend} last of {text!r}")
+        assert_close_rel(mean[row], ref_mean, 1e-5, f"{arch}/{backend} mean of {text!r}")
+    assert store.keys["item_id"].tolist() == items["item_id"].tolist()
+    assert store.keys["n_tokens"].tolist() == [len(e.ids) for e in lm.encode(items["text"].tolist())]
+    assert verify_store(tmp_path / "s") == []
+
+
+def test_left_padding_and_no_bos_model(tmp_path):
+    lm = tiny_lm("gemma3", bos=False)  # sliding-window attention, no BOS: the mean covers every token
+    items = corpus_items()
+    extract(lm, items, tmp_path / "left", pool="both", padding_side="left", progress=False)
+    extract(lm, items, tmp_path / "right", pool="both", padding_side="right", progress=False)
+    left, right = open_store(tmp_path / "left"), open_store(tmp_path / "right")
+    for pool in ("last", "mean"):
+        np.testing.assert_allclose(left.read_layers(pool=pool), right.read_layers(pool=pool), rtol=1e-5, atol=1e-5)
+    ref_last, ref_mean = hf_reference(lm, items["text"][3])
+    assert_close_rel(left.read_layers(rows=[3], pool="mean")[0], ref_mean, 1e-5, "no-BOS mean")
+    assert left.manifest["bos_policy"] == "none"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stops_after_the_last_requested_layer(tmp_path, backend):
+    lm = tiny_lm("llama")
+    calls = {"block 3": 0, "head": 0, "norm": 0}
+    handles = [lm.parts.layers[2].register_forward_hook(lambda *a: calls.__setitem__("block 3", calls["block 3"] + 1)),
+               lm.parts.head.register_forward_hook(lambda *a: calls.__setitem__("head", calls["head"] + 1)),
+               lm.parts.final_norm.register_forward_hook(lambda *a: calls.__setitem__("norm", calls["norm"] + 1))]
+    try:
+        extract(lm, corpus_items(), tmp_path / "s", layers="0,2", backend=backend, progress=False)
+    finally:
+        for h in handles:
+            h.remove()
+    assert calls == {"block 3": 0, "head": 0, "norm": 0}
+    store = open_store(tmp_path / "s")
+    assert store.layers == [0, 2]
+    ref_last, _ = hf_reference(lm, CORPUS[5])
+    assert_close_rel(store.read(2, [5])[0], ref_last[2], 1e-5, "layer 2")
+
+
+def test_backends_leave_the_model_as_it_was(tmp_path):
+    lm = tiny_lm("llama")
+    blocks = list(lm.parts.layers)
+    before = lm.model(input_ids=torch.tensor([[2, 40, 41]])).logits
+    for backend in BACKENDS:
+        extract(lm, corpus_items()[:4], tmp_path / backend, backend=backend, progress=False)
+    assert list(lm.parts.layers) == blocks and not any(b._forward_hooks or b._forward_pre_hooks for b in blocks)
+    assert lm.model.config._attn_implementation == "eager" and lm.tokenizer.padding_side == "right"
+    torch.testing.assert_close(lm.model(input_ids=torch.tensor([[2, 40, 41]])).logits, before)
+
+
+def test_float16_overflow_through_extraction(tmp_path):
+    lm = tiny_lm("llama")
+    with torch.no_grad():
+        lm.parts.embed.weight.mul_(1e8)  # embeddings far beyond float16's 65504
+    with pytest.raises(BabelprobeError, match=r"layer 0 reach \|x\| = .*--on-overflow"):
+        extract(lm, corpus_items(), tmp_path / "s", dtype="float16", progress=False)
+    assert not list((tmp_path / "s").glob("shard-*"))
+    extract(lm, corpus_items(), tmp_path / "s", dtype="float16", on_overflow="float32", progress=False)
+    store = open_store(tmp_path / "s")
+    assert {s["dtype"]["last"] for s in store.manifest["shards"]} == {"float32"}
+    assert np.abs(store.read(0)).max() > 65504 and verify_store(tmp_path / "s") == []
+
+
+def test_shard_batches_cover_every_text_once_within_budget_and_fill():
+    from babelprobe.extract.run import shard_batches
+
+    lengths = list(np.random.default_rng(0).integers(3, 40, size=500))
+    batches = shard_batches(lengths, 256)
+    assert sorted(i for b in batches for i in b) == list(range(500))
+    for batch in batches:
+        width = max(lengths[i] for i in batch)
+        assert len(batch) * width <= 256 or len(batch) == 1
+        assert min(lengths[i] for i in batch) >= 0.9 * width
+    real = sum(lengths)
+    assert real / sum(len(b) * max(lengths[i] for i in b) for b in batches) > 0.9
+
+
+def test_parse_layers():
+    assert parse_layers("all", 18) == list(range(19))
+    assert parse_layers(None, 3) == [0, 1, 2, 3]
+    assert parse_layers("0-4,12", 18) == [0, 1, 2, 3, 4, 12]
+    assert parse_layers("12,0,6,6", 18) == [0, 6, 12]
+    assert parse_layers([3, 1], 18) == [1, 3]
+    for bad in ("19", "0-40", "x", "", "-1"):
+        with pytest.raises(BabelprobeError, match="--layers"):
+            parse_layers(bad, 18)
+
+
+def test_resume_redoes_only_missing_shards_with_identical_checksums(tmp_path):
+    lm, items = tiny_lm("llama"), corpus_items()
+    extract(lm, items, tmp_path / "s", pool="both", shard_size=4, progress=False)
+    full = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    (tmp_path / "s" / "shard-00003.h5").unlink()
+    (tmp_path / "s" / ".shard-00004.h5.123.tmp").write_bytes(b"partial")
+    report = extract(lm, items, tmp_path / "s", pool="both", shard_size=4, progress=False)
+    assert (report.shards_written, report.shards_skipped) == (1, 4)
+    again = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert again["shards"] == full["shards"] and again["complete"]
+    assert not list((tmp_path / "s").glob(".shard-*"))
+    nothing = extract(lm, items, tmp_path / "s", pool="both", shard_size=4, progress=False)
+    assert nothing.shards_written == 0 and nothing.shards_skipped == 5
+
+
+def test_other_settings_are_refused_unless_overwrite(tmp_path):
+    lm, items = tiny_lm("llama"), corpus_items()
+    extract(lm, items, tmp_path / "s", progress=False)
+    with pytest.raises(BabelprobeError, match="other settings.*pools.*--overwrite"):
+        extract(lm, items, tmp_path / "s", pool="mean", progress=False)
+    with pytest.raises(BabelprobeError, match="fingerprint"):
+        extract(tiny_lm("llama", seed=1), items, tmp_path / "s", progress=False)
+    with pytest.raises(BabelprobeError, match="items_hash"):
+        extract(lm, items[:6], tmp_path / "s", progress=False)
+    extract(lm, items, tmp_path / "s", pool="mean", overwrite=True, progress=False)
+    store = open_store(tmp_path / "s")
+    assert store.pools == ("mean",) and verify_store(tmp_path / "s") == []
+    (tmp_path / "mine.txt").write_text("keep")
+    extract(lm, items, tmp_path, overwrite=True, progress=False)  # only store files are ever removed
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_out_of_memory_halves_the_batch_and_gets_the_same_values(tmp_path, monkeypatch):
+    from babelprobe.extract import backends
+
+    lm, items = tiny_lm("llama"), corpus_items()
+    extract(lm, items, tmp_path / "plain", progress=False)
+    real_run = backends.HFBackend.run
+
+    def small_memory(self, batch, pooler):
+        if batch["input_ids"].shape[0] > 3:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_run(self, batch, pooler)
+
+    monkeypatch.setattr(backends.HFBackend, "run", small_memory)
+    report = extract(lm, items, tmp_path / "halved", progress=False)
+    assert report.halvings > 0
+    np.testing.assert_allclose(open_store(tmp_path / "halved").read_layers(),
+                               open_store(tmp_path / "plain").read_layers(), rtol=1e-5, atol=1e-6)
+
+
+def save_tiny_model(path, arch="llama", max_positions=128):
+    lm = tiny_lm(arch, max_positions=max_positions)
+    lm.model.save_pretrained(path)
+    lm.tokenizer.save_pretrained(path)
+    return path
+
+
+def write_items_file(path, texts=CORPUS):
+    corpus_items(texts).to_json(path, orient="records", lines=True, force_ascii=False)
+    return path
+
+
+def test_cli_extract_and_verify(tmp_path, capsys):
+    model = save_tiny_model(tmp_path / "model")
+    items = write_items_file(tmp_path / "items.jsonl")
+    out = tmp_path / "acts"
+    args = ["extract", "--model", str(model), "--items", str(items), "--out", str(out), "--pool", "both",
+            "--layers", "0-2", "--dtype", "bfloat16", "--shard-size", "6", "--compression", "lzf", "--no-progress"]
+    assert main(args) == 0
+    assert "20 items in 4 shards (4 written)" in capsys.readouterr().out
+    assert main(["verify", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"OK {out}: 20 items, layers 0..2 (3)")
+    store = open_store(out)
+    assert store.dtype == "bfloat16" and store.manifest["items"]["source"] == str(items)
+    assert store.load_items()["item_id"].tolist() == store.keys["item_id"].tolist()
+    assert main(args) == 0 and "nothing left to extract" in capsys.readouterr().out
+    store.close()
+    import h5py
+
+    with h5py.File(out / "shard-00002.h5", "r+") as f:
+        f["mean"][0, 0, 0] = f["mean"][0, 0, 0] + 1
+    assert main(["verify", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "shard-00002.h5/mean: checksum mismatch" in err and "1 problem(s)" in err

@@ -1,0 +1,184 @@
+"""Faults and bad input for `babelprobe extract`: SIGKILL and resume, full disk, read-only or missing
+output directory, empty item set, too long text, two writers. Each: one-line error, exit != 0, nothing
+complete lost, nothing partial under a final name."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from babelprobe.cli import main
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract import extract, open_store, verify_store
+from babelprobe.extract.store import StoreWriter, store_lock
+from tests.test_extract import corpus_items, save_tiny_model, write_items_file
+from tests.tiny import CORPUS, tiny_lm
+
+
+def cli_env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def extract_cmd(model, items, out, *extra):
+    return [sys.executable, "-m", "babelprobe", "extract", "--model", str(model), "--items", str(items),
+            "--out", str(out), "--pool", "both", "--no-progress", *extra]
+
+
+def error_lines(capsys):
+    """Our error lines on stderr (transformers may draw a weight-loading bar there too)."""
+    return [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+
+
+def shard_records(out):
+    return json.loads((out / "manifest.json").read_text())["shards"]
+
+
+def assert_no_partial_under_final_names(out):
+    """Every file under a final shard name opens and matches the checksum written into it."""
+    import hashlib
+
+    for file in out.glob("shard-*.h5"):
+        with h5py.File(file, "r") as f:
+            for pool in ("last", "mean"):
+                if pool not in f:
+                    continue
+                digest = hashlib.sha256(np.ascontiguousarray(f[pool][()]).data).hexdigest()
+                assert digest == f[pool].attrs["sha256"], file
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
+
+
+def test_sigkill_then_same_command_gives_the_uninterrupted_store(tmp_path, model_dir):
+    texts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(120)]
+    items = write_items_file(tmp_path / "items.jsonl", texts)
+    shards = ("--shard-size", "2")
+    subprocess.run(extract_cmd(model_dir, items, tmp_path / "clean", *shards), env=cli_env(), check=True,
+                   capture_output=True)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(extract_cmd(model_dir, items, out, *shards), env=cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (out / "shard-00010.h5").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert_no_partial_under_final_names(out)
+    assert not json.loads((out / "manifest.json").read_text())["complete"]
+    done = subprocess.run(extract_cmd(model_dir, items, out, *shards), env=cli_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "already complete" in done.stdout
+    assert shard_records(out) == shard_records(tmp_path / "clean")  # same array and key checksums
+    assert verify_store(out) == [] and not list(out.glob(".shard-*"))
+
+
+def test_full_disk_keeps_complete_shards_and_leaves_nothing_partial(tmp_path, model_dir, monkeypatch, capsys):
+    items = write_items_file(tmp_path / "items.jsonl")
+    out = tmp_path / "acts"
+    real = StoreWriter._write_hdf5
+
+    def disk_fills_at_shard_2(self, tmp, index, *args):
+        if index == 2:
+            tmp.write_bytes(b"half a shard")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, tmp, index, *args)
+
+    monkeypatch.setattr(StoreWriter, "_write_hdf5", disk_fills_at_shard_2)
+    args = ["extract", "--model", str(model_dir), "--items", str(items), "--out", str(out), "--shard-size", "5",
+            "--no-progress"]
+    assert main(args) == 2
+    err = error_lines(capsys)
+    assert len(err) == 1 and "No space left on device" in err[0] and "shard-00002.h5" in err[0]
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".babelprobe")) == [
+        "manifest.json", "shard-00000.h5", "shard-00001.h5"]
+    assert [r["name"] for r in shard_records(out)] == ["shard-00000.h5", "shard-00001.h5"]
+    assert_no_partial_under_final_names(out)
+    monkeypatch.setattr(StoreWriter, "_write_hdf5", real)
+    assert main(args) == 0
+    assert "2 written, 2 already complete" in capsys.readouterr().out
+    assert verify_store(out) == []
+
+
+def test_output_directory_missing_is_created_unwritable_is_an_error(tmp_path, model_dir, monkeypatch, capsys):
+    items = write_items_file(tmp_path / "items.jsonl", CORPUS[:4])
+    deep = tmp_path / "a" / "b" / "acts"
+    assert main(["extract", "--model", str(model_dir), "--items", str(items), "--out", str(deep), "--no-progress"]) == 0
+    assert verify_store(deep) == []
+    (tmp_path / "file.txt").write_text("x")
+    for out in (tmp_path / "file.txt", tmp_path / "file.txt" / "acts"):
+        assert main(["extract", "--model", str(model_dir), "--items", str(items), "--out", str(out)]) == 2
+        assert "babelprobe: error:" in capsys.readouterr().err
+    import babelprobe.extract.store as store_module
+
+    monkeypatch.setattr(store_module.os, "access", lambda *a: False)  # what a read-only directory reports
+    assert main(["extract", "--model", str(model_dir), "--items", str(items), "--out", str(tmp_path / "ro")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root can write read-only directories")
+def test_read_only_directory_for_real(tmp_path):
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        with pytest.raises(BabelprobeError, match="not writable"):
+            extract(tiny_lm("llama"), corpus_items(), out, progress=False)
+    finally:
+        out.chmod(0o755)
+
+
+def test_empty_item_set(tmp_path, model_dir, capsys):
+    with pytest.raises(BabelprobeError, match="item set is empty"):
+        extract(tiny_lm("llama"), corpus_items()[:0], tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
+    items = write_items_file(tmp_path / "items.jsonl", CORPUS[:4])
+    assert main(["extract", "--model", str(model_dir), "--items", str(items), "--languages", "de",
+                 "--out", str(tmp_path / "t")]) == 2
+    assert "language de not in the items" in capsys.readouterr().err
+
+
+def test_text_longer_than_the_context(tmp_path, capsys):
+    model = save_tiny_model(tmp_path / "short", max_positions=16)
+    texts = ["A dog can bark.", " ".join(CORPUS[:6])]
+    items = write_items_file(tmp_path / "items.jsonl", texts)
+    out = tmp_path / "acts"
+    args = ["extract", "--model", str(model), "--items", str(items), "--out", str(out), "--no-progress"]
+    assert main(args) == 2
+    err = error_lines(capsys)
+    assert len(err) == 1 and "item t01" in err[0] and "context of 16" in err[0]
+    assert not (out / "manifest.json").exists()
+    assert main([*args, "--truncate"]) == 0
+    assert open_store(out).keys["n_tokens"].tolist()[1] == 16
+
+
+def test_two_writers(tmp_path, model_dir, capsys):
+    items = write_items_file(tmp_path / "items.jsonl", CORPUS[:6])
+    out = tmp_path / "acts"
+    args = ["extract", "--model", str(model_dir), "--items", str(items), "--out", str(out), "--no-progress"]
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+                               f"lock = FileLock({str(out / '.babelprobe.lock')!r}); lock.acquire(); print('held', flush=True); "
+                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert main(args) == 2
+        assert "another process is writing the store" in capsys.readouterr().err
+        assert not (out / "manifest.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(args) == 0  # the lock dies with its holder
+    with store_lock(out):
+        with pytest.raises(BabelprobeError, match="another process is writing"):
+            extract(tiny_lm("llama"), corpus_items(CORPUS[:6]), out, progress=False)
+    assert verify_store(out) == []

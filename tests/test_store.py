@@ -1,0 +1,171 @@
+"""The activation store: format (plain h5py), dtypes, bounded reads, verify, and bad input."""
+
+import json
+import tracemalloc
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract import open_store, verify_store, write_store
+from babelprobe.extract.store import CHUNK_BYTES
+
+
+def make_keys(n, language="en"):
+    return pd.DataFrame({"item_id": [f"{language}-{i}" for i in range(n)], "pair_id": [f"p{i // 2}" for i in range(n)],
+                         "language": language, "subset": ["taxonomic", "random"] * (n // 2) + ["x"] * (n % 2),
+                         "label": [1, 0] * (n // 2) + [1] * (n % 2), "n_tokens": np.arange(n) % 7 + 2})
+
+
+def activations(n, layers=4, d=16, scale=1.0, seed=0):
+    return (np.random.default_rng(seed).normal(size=(n, layers, d)) * scale).astype(np.float32)
+
+
+def test_round_trip_float32_is_exact_across_shards_in_any_row_order(tmp_path):
+    keys, last, mean = make_keys(50), activations(50), activations(50, seed=1)
+    write_store(tmp_path / "s", keys, last, mean, layers=[0, 3, 6, 9], shard_size=7)
+    store = open_store(tmp_path / "s")
+    assert store.layers == [0, 3, 6, 9] and store.pools == ("last", "mean") and store.d_model == 16
+    assert len(store) == 50 and len(list((tmp_path / "s").glob("shard-*.h5"))) == 8
+    rows = [49, 0, 13, 13, 7, 6]
+    np.testing.assert_array_equal(store.read(6, rows), last[rows, 2])
+    np.testing.assert_array_equal(store.read(9, pool="mean"), mean[:, 3])
+    np.testing.assert_array_equal(store.read_layers(rows=rows, pool="mean"), mean[rows])
+    np.testing.assert_array_equal(store.read_layers([9, 0], rows=np.array(rows)), last[rows][:, [3, 0]])
+    assert store.read(0, []).shape == (0, 16)
+    pd.testing.assert_frame_equal(store.keys[["item_id", "pair_id", "language", "subset"]],
+                                  keys[["item_id", "pair_id", "language", "subset"]].astype(store.keys["item_id"].dtype),
+                                  check_dtype=False)
+    assert store.keys["label"].dtype == np.int8 and store.keys["n_tokens"].dtype == np.int32
+    assert store.keys["n_tokens"].tolist() == keys["n_tokens"].tolist()
+    assert verify_store(tmp_path / "s") == []
+
+
+@pytest.mark.parametrize("dtype, torch_dtype", [("float16", torch.float16), ("bfloat16", torch.bfloat16)])
+def test_half_dtypes_decode_like_torch_rounding(tmp_path, dtype, torch_dtype):
+    keys, last = make_keys(20), activations(20, scale=300.0)
+    write_store(tmp_path / "s", keys, last, dtype=dtype)
+    expected = torch.from_numpy(last).to(torch_dtype).float().numpy()  # independent reference
+    np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(), expected)
+    with h5py.File(tmp_path / "s" / "shard-00000.h5") as f:
+        assert f["last"].attrs["dtype"] == dtype
+        assert f["last"].dtype == (np.uint16 if dtype == "bfloat16" else np.float16)
+
+
+def test_shard_is_readable_with_plain_h5py_and_chunked_by_layer(tmp_path):
+    n, d = 3000, 640
+    keys = make_keys(n)
+    write_store(tmp_path / "s", keys, activations(n, layers=3, d=d), layers=[0, 1, 2], shard_size=n,
+                provenance={"model": {"name": "m", "fingerprint": "abc"}, "items": {"source": "x", "hash": "h"}})
+    with h5py.File(tmp_path / "s" / "shard-00000.h5") as f:
+        assert f["last"].shape == (n, 3, d)
+        rows, one_layer, width = f["last"].chunks
+        assert one_layer == 1 and width == d and rows * d * 4 <= CHUNK_BYTES and rows * d * 4 > CHUNK_BYTES // 2
+        assert f["item_id"].asstr()[0] == "en-0" and f["label"].dtype == np.int8 and f["n_tokens"].dtype == np.int32
+        assert list(f["last"].attrs["layers"]) == [0, 1, 2]
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert manifest["complete"] and manifest["model"]["fingerprint"] == "abc" and manifest["shards"][0]["sha256"]["last"]
+    store = open_store(tmp_path / "s")
+    assert store.fingerprint == "abc" and store.items_hash == "h" and store.n_layers == 2
+
+
+def test_compression_round_trip(tmp_path):
+    keys, last = make_keys(30), activations(30)
+    for method in ("lzf", "gzip"):
+        write_store(tmp_path / method, keys, last, compression=method, shard_size=11)
+        np.testing.assert_array_equal(open_store(tmp_path / method).read_layers(), last)
+        with h5py.File(tmp_path / method / "shard-00000.h5") as f:
+            assert f["last"].compression == method
+        assert verify_store(tmp_path / method) == []
+
+
+def test_read_memory_is_bounded_by_the_request(tmp_path):
+    n, layers, d = 8000, 8, 256  # 64 MB of float32 in one shard
+    write_store(tmp_path / "s", make_keys(n), activations(n, layers=layers, d=d), shard_size=n)
+    store = open_store(tmp_path / "s")
+    store.keys  # noqa: B018 (keys are read once and cached; not part of the measured read)
+    tracemalloc.start()
+    part = store.read(5, rows=[3, 4000, 7999])
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert part.shape == (3, d)
+    assert peak < 3 * CHUNK_BYTES, f"reading 3 rows of one layer allocated {peak / 1e6:.1f} MB"
+
+
+def test_float16_overflow_is_refused_naming_layer_and_value(tmp_path):
+    last = activations(6)
+    last[2, 3, 5] = 37000.0
+    last[4, 3, 1] = -70000.0
+    with pytest.raises(BabelprobeError, match=r"layer 3 reach \|x\| = 70000"):
+        write_store(tmp_path / "s", make_keys(6), last, dtype="float16")
+    assert not (tmp_path / "s" / "shard-00000.h5").exists()
+    write_store(tmp_path / "t", make_keys(6), last, dtype="float16", on_overflow="bfloat16", shard_size=3)
+    store = open_store(tmp_path / "t")
+    assert [s["dtype"]["last"] for s in store.manifest["shards"]] == ["float16", "bfloat16"]
+    assert store.read(3, [4])[0, 1] == torch.tensor(-70000.0).to(torch.bfloat16).item()
+    assert verify_store(tmp_path / "t") == []
+
+
+def test_non_finite_values_are_refused(tmp_path):
+    last = activations(4)
+    last[1, 2, 0] = np.nan
+    with pytest.raises(BabelprobeError, match="layer 2 are not finite.*en-1"):
+        write_store(tmp_path / "s", make_keys(4), last)
+
+
+def test_open_store_errors(tmp_path):
+    with pytest.raises(BabelprobeError, match="does not exist"):
+        open_store(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BabelprobeError, match="no manifest.json"):
+        open_store(tmp_path / "empty")
+    write_store(tmp_path / "s", make_keys(4), activations(4))
+    store = open_store(tmp_path / "s")
+    with pytest.raises(BabelprobeError, match="layer 7 is not in store"):
+        store.read(7)
+    with pytest.raises(BabelprobeError, match="no 'mean' pooling"):
+        store.read(0, pool="mean")
+    with pytest.raises(BabelprobeError, match="row 4 is out of range"):
+        store.read(0, [4])
+    manifest = tmp_path / "s" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "complete": False}))
+    with pytest.raises(BabelprobeError, match="incomplete"):
+        open_store(tmp_path / "s")
+    manifest.write_text("{not json")
+    with pytest.raises(BabelprobeError, match="unreadable manifest"):
+        open_store(tmp_path / "s")
+
+
+def test_write_store_bad_input(tmp_path):
+    with pytest.raises(BabelprobeError, match="needs `last` or `mean`"):
+        write_store(tmp_path / "a", make_keys(2))
+    with pytest.raises(BabelprobeError, match="keys have 3 rows"):
+        write_store(tmp_path / "b", make_keys(3), activations(2))
+    with pytest.raises(BabelprobeError, match="lack column"):
+        write_store(tmp_path / "c", make_keys(2).drop(columns="label"), activations(2))
+    with pytest.raises(BabelprobeError, match="empty"):
+        write_store(tmp_path / "d", make_keys(0), np.zeros((0, 2, 4), np.float32))
+    write_store(tmp_path / "e", make_keys(2), activations(2))
+    with pytest.raises(BabelprobeError, match="already holds"):
+        write_store(tmp_path / "e", make_keys(2), activations(2))
+    write_store(tmp_path / "e", make_keys(2), activations(2, seed=5), overwrite=True)
+    np.testing.assert_array_equal(open_store(tmp_path / "e").read(1), activations(2, seed=5)[:, 1])
+
+
+def test_verify_names_each_problem(tmp_path):
+    write_store(tmp_path / "s", make_keys(10), activations(10), activations(10), shard_size=4)
+    assert verify_store(tmp_path / "s") == []
+    with h5py.File(tmp_path / "s" / "shard-00001.h5", "r+") as f:
+        f["mean"][0, 0, 0] = np.inf
+    (tmp_path / "s" / "shard-00002.h5").unlink()
+    (tmp_path / "s" / "shard-00009.h5").write_bytes(b"stray")
+    problems = verify_store(tmp_path / "s")
+    assert any("shard-00001.h5/mean: checksum mismatch" in p for p in problems)
+    assert any("shard-00001.h5/mean: 1 non-finite" in p for p in problems)
+    assert "shard-00002.h5: missing" in problems
+    assert any("shard-00009.h5: shard file not listed" in p for p in problems)
+    assert not any("shard-00000" in p for p in problems)
