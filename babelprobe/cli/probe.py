@@ -1,0 +1,118 @@
+"""`babelprobe probe`: cross-validated logistic probes on every layer of an activation store.
+
+Writes the per-layer table to --out and, next to it (same name, same extension):
+  NAME.folds.EXT       one row per group × layer × fold
+  NAME.oof.parquet     one row per item × layer: out-of-fold decision score and fold (for `compare`)
+  NAME.peaks.EXT       one row per group: peak layer with its bootstrap interval, relative depth, 1-SE layer
+  NAME.transfer.EXT    with --transfer: train language × test language × subset × layer
+  NAME.settings.json   every setting, seed, library version and the store's fingerprint
+and prints the peak layer of each group.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from babelprobe.cli.common import comma_list
+from babelprobe.errors import BabelprobeError
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(
+        "probe", help="train cross-validated logistic probes on every layer (the 'neuro' method)",
+        description="Train a logistic probe (acceptable vs unacceptable) for every layer and group of an "
+        "activation store, k-fold cross-validated; write tidy tables and print the peak layer per group.",
+        epilog="Side tables next to --out: NAME.folds.EXT, NAME.oof.parquet, NAME.peaks.EXT, "
+        "NAME.transfer.EXT (with --transfer), NAME.settings.json.")
+    parser.add_argument("--acts", required=True, metavar="DIR", help="activation store (from `babelprobe extract`)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="per-layer table (.csv or .parquet)")
+    parser.add_argument("--by", type=comma_list, default=["language", "subset"], metavar="LIST",
+                        help="key columns that define the groups (default language,subset)")
+    parser.add_argument("--layers", default="all", metavar="LIST", help="all (default), or e.g. 0,6,12-18")
+    parser.add_argument("--pool", default="last", choices=("last", "mean"), help="pooling to read (default last)")
+    cv = parser.add_argument_group("cross-validation")
+    cv.add_argument("--folds", type=int, default=5, metavar="K", help="number of folds (default 5)")
+    cv.add_argument("--fold-scheme", choices=("grouped", "plain"), default="grouped",
+                    help="grouped: stratified, pairs kept together (default); plain: XCOMPS's stratified k-fold")
+    cv.add_argument("--seed", type=int, default=0, help="seed of folds, controls and bootstrap (default 0)")
+    cv.add_argument("--n-boot", type=int, default=1000, metavar="N",
+                    help="bootstrap replicates over pairs for intervals (default 1000; 0 for none)")
+    solver = parser.add_argument_group("solver")
+    solver.add_argument("--solver", choices=("torch", "sklearn"), default="torch",
+                        help="torch: batched Newton, all layers and folds at once (default); sklearn: reference")
+    solver.add_argument("--C", default="1.0", metavar="C",
+                        help="inverse regularisation (scikit-learn's C; default 1.0); a list like 0.01,0.1,1 "
+                        "chooses C per fold and layer by inner cross-validation")
+    solver.add_argument("--inner-folds", type=int, default=3, metavar="K", help="inner folds for a C list (default 3)")
+    solver.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+    solver.add_argument("--dtype", choices=("float32", "float64"),
+                        help="torch dtype of activations and large products (default float32; on CPU the small "
+                        "Newton systems are float64 either way)")
+    solver.add_argument("--jobs", type=int, default=None, metavar="N",
+                        help="processes for the sklearn solver (default 1; -1: all cores)")
+    solver.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads of the torch solver (default: torch's; 1 is fastest on a busy machine)")
+    solver.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
+                        help="working memory of one group's solve (layers are chunked to fit; default 2)")
+    controls = parser.add_argument_group("controls")
+    controls.add_argument("--control", default="none", metavar="NAME",
+                          help="none (default), shuffle, hewitt, or all; the majority baseline is always reported")
+    controls.add_argument("--items", metavar="NAME|PATH",
+                          help="items the store was made from, for hewitt's concepts (default: the source in "
+                          "the store's manifest)")
+    parser.add_argument("--transfer", action="store_true",
+                        help="also train on each language and test on every other (same subset)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from babelprobe.items import load_items
+    from babelprobe.probes.sweep import ProbeResult, sweep
+    from babelprobe.probes.transfer import at_peaks, transfer_matrix
+
+    out = Path(args.out)
+    if out.suffix not in (".csv", ".parquet"):
+        raise BabelprobeError(f"--out {out}: use a .csv or .parquet file name")
+    if args.folds < 2:
+        raise BabelprobeError(f"--folds must be at least 2, got {args.folds}")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise BabelprobeError(f"--threads must be at least 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    items = load_items(args.items) if args.items else None
+    result: ProbeResult = sweep(
+        args.acts, by=tuple(args.by), layers=args.layers, folds=args.folds, pool=args.pool,
+        fold_scheme=args.fold_scheme, seed=args.seed, solver=args.solver, C=args.C, inner_folds=args.inner_folds,
+        controls=args.control, items=items, transfer=args.transfer, n_boot=args.n_boot, device=args.device,
+        dtype=args.dtype, n_jobs=args.jobs, memory_gb=args.memory_gb,
+        progress=not args.no_progress)
+    paths = result.write(out)
+    print(format_peaks(result))
+    if result.transfer is not None and (result.transfer["kind"] == "transfer").any():
+        print("\ntransfer F1 (mean over subsets; diagonal: cross-validated in-language F1):")
+        peaks = at_peaks(result.transfer, result.peaks)
+        print(transfer_matrix(peaks, layer=None).to_string(float_format=lambda v: f"{v:.3f}"))
+    print(f"\nwrote {len(result.table)} layer rows to {paths['table']} (and "
+          + ", ".join(str(p.name) for name, p in paths.items() if name != "table") + ")")
+    return 0
+
+
+def format_peaks(result) -> str:
+    """One line per group: the peak layer with its interval, F1 with its interval, the 1-SE layer."""
+    groups = list(dict.fromkeys(["language", "subset", *result.settings["by"]]))
+    extra = [c for c in ("f1_ci_low", "f1_ci_high", "selectivity") if c in result.table.columns]
+    at_peak = result.table[groups + ["layer"] + extra].rename(columns={"layer": "peak_layer"})
+    rows = result.peaks.merge(at_peak, on=groups + ["peak_layer"])
+    lines = [f"peak layer per group (of L={result.settings['n_layers']}; 95% bootstrap intervals over pairs):"]
+    for row in rows.to_dict("records"):
+        name = " ".join(f"{row[c]:<16}" if c == "subset" else f"{row[c]:>6}" for c in groups)
+        line = (f"  {name} layer {row['peak_layer']:>3} [{row['peak_layer_low']}–{row['peak_layer_high']}]  "
+                f"depth {row['peak_relative_depth']:.2f}  F1 {row['peak_f1']:.3f} [{row['f1_ci_low']:.3f}, "
+                f"{row['f1_ci_high']:.3f}]  first within 1 SE: {row['first_within_1se']}")
+        if "selectivity" in row:
+            line += f"  selectivity {row['selectivity']:+.3f}"
+        lines.append(line)
+    return "\n".join(lines)

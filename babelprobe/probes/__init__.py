@@ -1,0 +1,26 @@
+"""Probes: cross-validated logistic probes per layer × group on stored activations (the "neuro" method).
+
+    from babelprobe.probes import sweep
+    result = sweep("acts/", by=("language", "subset"), folds=5)   # ProbeResult
+    result.table, result.peaks, result.oof, result.pair_scores(layer=6)
+
+Modules, one job each: `folds` (grouped/plain stratified folds), `solvers` (batched torch Newton and the
+scikit-learn reference), `metrics`, `controls` (majority, shuffled labels, Hewitt–Liang), `peaks`
+(bootstrap intervals, peak layers), `transfer` (cross-lingual), `pairs` (per-pair view), `sweep` (the
+whole run), `source` (store or in-memory arrays), `synthetic` (planted-signal data for tests and perf).
+"""
+
+from babelprobe.probes.controls import concepts_for
+from babelprobe.probes.folds import make_folds
+from babelprobe.probes.pairs import pair_scores
+from babelprobe.probes.peaks import peak_table
+from babelprobe.probes.solvers import fit_logistic, fit_predict
+from babelprobe.probes.source import ArrayStore
+from babelprobe.probes.sweep import ProbeResult, probe_group, sweep
+from babelprobe.probes.synthetic import synthetic_activations
+from babelprobe.probes.transfer import at_peaks, transfer, transfer_matrix
+
+__all__ = [
+    "ArrayStore", "ProbeResult", "at_peaks", "concepts_for", "fit_logistic", "fit_predict", "make_folds", "pair_scores",
+    "peak_table", "probe_group", "sweep", "synthetic_activations", "transfer", "transfer_matrix",
+]

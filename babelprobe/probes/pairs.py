@@ -1,0 +1,57 @@
+"""The per-pair view of a probe: a minimal pair is correct for "neuro" at a layer when the probe's
+out-of-fold score of its acceptable sentence is above that of its unacceptable one.
+
+This makes probes comparable item by item with the `direct` and `meta` scorers (DESIGN.md per-pair
+rows: `score_good`, `score_bad`, `correct`). With grouped folds both sentences of a pair are held out
+together, so they are scored by the same probe; with plain folds they may come from two probes.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from babelprobe.errors import BabelprobeError
+
+
+def pair_scores(oof: pd.DataFrame, layer: int | list[int] | None = None,
+                items: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per pair (and layer) from out-of-fold scores.
+
+    Parameters
+    ----------
+    oof : the out-of-fold table of a sweep (`ProbeResult.oof`): item_id, pair_id, language, subset,
+        label, layer, score, fold.
+    layer : a layer, a list of layers, or None for every layer in `oof`.
+    items : optional items (as from `load_items`) to add `text_good` / `text_bad`.
+
+    Returns
+    -------
+    DataFrame: method, pair_id, language, subset, layer, item_good, item_bad, score_good, score_bad,
+    correct (score_good > score_bad; a tie is not correct), fold_good, fold_bad [, text_good, text_bad].
+    Pairs that lack one of their two sentences (e.g. a label -1 item) are left out.
+    """
+    if layer is not None:
+        wanted = [layer] if isinstance(layer, int) else list(layer)
+        missing = sorted(set(wanted) - set(oof["layer"]))
+        if missing:
+            raise BabelprobeError(f"layer {missing[0]} is not in the probe results (layers "
+                                  f"{oof['layer'].min()}..{oof['layer'].max()})")
+        oof = oof[oof["layer"].isin(wanted)]
+    keys = ["pair_id", "language", "subset", "layer"]
+    columns = ["item_id", "score", "fold"]
+    good = oof[oof["label"] == 1][keys + columns]
+    bad = oof[oof["label"] == 0][keys + columns]
+    for side, part in (("acceptable", good), ("unacceptable", bad)):
+        dup = part.duplicated(keys)
+        if dup.any():
+            raise BabelprobeError(f"pair {part['pair_id'][dup].iloc[0]!r} has more than one {side} sentence; "
+                                  "pair_scores needs minimal pairs (one of each)")
+    pairs = good.merge(bad, on=keys, suffixes=("_good", "_bad"))
+    pairs = pairs.rename(columns={"item_id_good": "item_good", "item_id_bad": "item_bad"})
+    pairs["correct"] = pairs["score_good"] > pairs["score_bad"]
+    pairs.insert(0, "method", "neuro")
+    if items is not None and "text" in items.columns:
+        text = items.set_index("item_id")["text"]
+        pairs["text_good"] = pairs["item_good"].map(text)
+        pairs["text_bad"] = pairs["item_bad"].map(text)
+    return pairs.sort_values(["language", "subset", "layer", "pair_id"], ignore_index=True)

@@ -1,0 +1,403 @@
+"""The probe sweep: cross-validated logistic probes for every layer of every group (language × subset by
+default), read group by group from an activation store — the XCOMPS "neuro" method.
+
+    import babelprobe as bp
+    result = bp.sweep("acts/", by=("language", "subset"), folds=5, controls="all", items=items)
+    result.table        # one row per group × layer: f1_mean, f1_std, f1_ci_low/high, accuracy, auc, n, ...
+    result.peaks        # one row per group: peak layer, its bootstrap interval, relative depth, 1-SE layer
+    result.oof          # one row per item × layer: out-of-fold decision score and fold
+    result.pair_scores(layer=6)   # one row per pair: correct when score_good > score_bad
+    result.write("neuro.csv")     # neuro.csv + neuro.folds.csv, neuro.oof.parquet, neuro.peaks.csv, ...
+
+For each group: items labelled -1 are left out; folds are made (grouped by pair by default); for every
+layer and fold a probe is trained on the standardised training rows and scores the held-out rows
+(all layers and folds of a group in one batched solve with the torch solver); F1 of the positive class
+(label 1, acceptable) is computed per fold and averaged; a bootstrap over pairs gives intervals. Controls
+(majority, shuffled labels, Hewitt–Liang concept control) use the same folds and C.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.probes.controls import (
+    CONTROLS,
+    concept_labels,
+    concepts_for,
+    group_rng,
+    majority_baseline,
+    shuffled_labels,
+)
+from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
+from babelprobe.probes.metrics import f1_scores, fold_metrics, out_of_fold
+from babelprobe.probes.pairs import pair_scores
+from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, peak_summary
+from babelprobe.probes.solvers import SOLVERS, fit_predict
+from babelprobe.probes.source import (
+    as_store,
+    group_name,
+    group_rows,
+    in_memory,
+    layer_chunks,
+    parse_layers,
+    read_checked,
+    usable_keys,
+)
+from babelprobe.tables import atomic_path, write_table
+
+STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
+
+
+@dataclass
+class ProbeResult:
+    """Everything a sweep produced. `table` is the main result (DESIGN.md probe table)."""
+
+    table: pd.DataFrame
+    folds: pd.DataFrame
+    oof: pd.DataFrame
+    peaks: pd.DataFrame
+    transfer: pd.DataFrame | None = None
+    settings: dict = field(default_factory=dict)
+
+    def pair_scores(self, layer: int | list[int] | None = None, items: pd.DataFrame | None = None) -> pd.DataFrame:
+        """One row per pair (and layer): correct when the acceptable sentence scores higher."""
+        return pair_scores(self.oof, layer, items)
+
+    def paths(self, out: str | Path) -> dict[str, Path]:
+        """Where `write(out)` puts each table: the side tables take out's name and extension, except the
+        out-of-fold scores, always Parquet (they have a row per item and layer)."""
+        out = Path(out)
+        stem, ext = out.with_suffix(""), out.suffix
+        paths = {"table": out, "folds": Path(f"{stem}.folds{ext}"), "oof": Path(f"{stem}.oof.parquet"),
+                 "peaks": Path(f"{stem}.peaks{ext}"), "settings": Path(f"{stem}.settings.json")}
+        if self.transfer is not None:
+            paths["transfer"] = Path(f"{stem}.transfer{ext}")
+        return paths
+
+    def write(self, out: str | Path) -> dict[str, Path]:
+        """Write all tables (each atomically: complete or not at all) and the settings; return the paths."""
+        paths = self.paths(out)
+        if paths["table"].suffix not in (".csv", ".parquet"):
+            raise BabelprobeError(f"--out {out}: use a .csv or .parquet file name")
+        for name in ("folds", "oof", "peaks", "transfer", "table"):  # the main table last: it marks completion
+            if name in paths:
+                write_table(getattr(self, name), paths[name])
+        with atomic_path(paths["settings"]) as tmp:
+            tmp.write_text(json.dumps(self.settings, indent=1, default=str), encoding="utf-8")
+        return paths
+
+    @classmethod
+    def read(cls, out: str | Path) -> ProbeResult:
+        """Read back what `write(out)` wrote (the main table is written last, so its presence means
+        the set is complete)."""
+        from babelprobe.tables import read_table
+
+        paths = cls(*(pd.DataFrame(),) * 4).paths(out)
+        transfer = Path(f"{paths['table'].with_suffix('')}.transfer{paths['table'].suffix}")
+        settings = json.loads(paths["settings"].read_text(encoding="utf-8")) if paths["settings"].exists() else {}
+        return cls(table=read_table(paths["table"]), folds=read_table(paths["folds"]), oof=read_table(paths["oof"]),
+                   peaks=read_table(paths["peaks"]), transfer=read_table(transfer) if transfer.exists() else None,
+                   settings=settings)
+
+
+def parse_controls(controls) -> tuple[str, ...]:
+    """"none"/None, "all", a name, "shuffle,hewitt" or a list -> tuple of control names."""
+    if controls in (None, "none", ""):
+        return ()
+    if controls == "all":
+        return CONTROLS
+    names = controls.split(",") if isinstance(controls, str) else list(controls)
+    names = [n.strip() for n in names if n.strip() and n.strip() != "none"]
+    unknown = [n for n in names if n not in CONTROLS]
+    if unknown:
+        raise BabelprobeError(f"unknown control {unknown[0]!r}; use none, shuffle, hewitt or all")
+    return tuple(n for n in CONTROLS if n in names)
+
+
+def parse_C(C) -> list[float]:
+    """A number, a list, or "0.01,0.1,1" -> sorted list of positive floats (more than one: nested choice)."""
+    values = C.split(",") if isinstance(C, str) else np.atleast_1d(C).tolist()
+    try:
+        values = sorted({float(v) for v in values})
+    except (TypeError, ValueError) as err:
+        raise BabelprobeError(f"--C: cannot read {C!r}; use a positive number or a list like 0.01,0.1,1") from err
+    if not values or min(values) <= 0 or not np.isfinite(values).all():
+        raise BabelprobeError(f"--C must be positive and finite, got {C!r}")
+    return values
+
+
+def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str = "last",
+          fold_scheme: str = "grouped", seed: int = 0, solver: str = "torch", C=1.0, inner_folds: int = 3,
+          controls="none", items: pd.DataFrame | None = None, transfer: bool = False, n_boot: int = 1000,
+          device=None, dtype=None, max_iter: int | None = None, tol: float | None = None,
+          n_jobs: int | None = None, memory_gb: float = 2.0, progress: bool = False) -> ProbeResult:
+    """Cross-validated probes for every layer of every group of a store.
+
+    Parameters
+    ----------
+    store : activation store directory, an opened store (`open_store`) or an `ArrayStore`.
+    by : key columns that define the groups (default language × subset); () for one group.
+    layers : "all", a list of layer numbers, or a string like "0,6,12-18".
+    folds : number of cross-validation folds (k).
+    pool : "last" or "mean" (must be in the store).
+    fold_scheme : "grouped" (stratified, pairs kept together; default) or "plain" (XCOMPS).
+    seed : seed of fold shuffling, controls and bootstrap (recorded in every table).
+    solver : "torch" (batched Newton; all layers and folds of a group at once) or "sklearn" (reference).
+    C : scikit-learn's inverse regularisation; a list (e.g. [0.01, 0.1, 1]) chooses C per fold and
+        layer by inner cross-validation (`inner_folds`, same scheme) on the training fold's F1.
+    controls : "none", "shuffle", "hewitt", "all" or a list; the majority baseline is always reported.
+    items : the items the store was made from (`load_items`), for the hewitt control's concepts; by
+        default the item source recorded in the store's manifest is used when hewitt is asked for.
+    transfer : also train on each language and test on the others (see `babelprobe.probes.transfer`).
+    n_boot : bootstrap replicates over pairs for intervals (0: none).
+    device, dtype, max_iter, tol, n_jobs, memory_gb : solver options (see `fit_predict`); n_jobs
+        parallelises the sklearn solver over layers.
+    progress : show a progress bar over groups.
+
+    Returns
+    -------
+    ProbeResult with `table` (group × layer), `folds` (group × layer × fold), `oof` (item × layer),
+    `peaks` (group), `transfer` (or None) and `settings`.
+    """
+    store = as_store(store)
+    by = tuple(by)
+    if solver not in SOLVERS:
+        raise BabelprobeError(f"unknown solver {solver!r}; use {' or '.join(SOLVERS)}")
+    if n_boot < 0:
+        raise BabelprobeError(f"n_boot must be 0 or more, got {n_boot}")
+    keys = usable_keys(store, by, pool)
+    layer_list = parse_layers(layers, store.layers)
+    Cs = parse_C(C)
+    control_names = parse_controls(controls)
+    concepts = None
+    if "hewitt" in control_names:
+        if items is None and hasattr(store, "load_items"):
+            try:
+                items = store.load_items()
+            except BabelprobeError as err:
+                raise BabelprobeError(f"the hewitt control needs the items' concepts: pass --items ({err})") from err
+        concepts = pd.Series(concepts_for(keys, items), index=keys.index)
+    source = in_memory(store, layer_list, pool, memory_gb)  # after the cheap checks: fail fast
+    options = dict(n_folds=folds, fold_scheme=fold_scheme, seed=seed, Cs=Cs, inner_folds=inner_folds,
+                   controls=control_names, n_boot=n_boot, n_layers=store.n_layers, memory_gb=memory_gb,
+                   fit=dict(solver=solver, device=device, dtype=dtype, max_iter=max_iter, tol=tol, n_jobs=n_jobs,
+                            memory_gb=memory_gb))
+    parts = []
+    groups = group_rows(keys, by)
+    for key, index in tqdm(groups, desc="probe", unit="group", disable=not progress):
+        name = group_name(by, key)
+        part = keys.loc[index]
+
+        def read(chunk, index=index, name=name):
+            return read_checked(source, index, chunk, pool, name)
+
+        result = probe_group(read, part, layer_list, store.d_model, name=name,
+                             concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
+        parts.append(_label_group(result, by, key))
+    settings = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
+                "fold_scheme": fold_scheme, "folds": folds, "seed": seed, "inner_folds": inner_folds,
+                "controls": list(control_names), "n_boot": n_boot, "by": list(by), "layers": layer_list,
+                "n_layers": store.n_layers, "store": str(getattr(store, "path", "")),
+                "fingerprint": getattr(store, "fingerprint", None), "items_hash": getattr(store, "items_hash", None),
+                "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
+                "libraries": _versions()}
+    table = _with_settings(pd.concat([p["table"] for p in parts], ignore_index=True), settings)
+    out = ProbeResult(table=table,
+                      folds=_with_settings(pd.concat([p["folds"] for p in parts], ignore_index=True), settings),
+                      oof=pd.concat([p["oof"] for p in parts], ignore_index=True),
+                      peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), settings),
+                      settings=settings)
+    if transfer:
+        out.transfer = _transfer_with_diagonal(source, by, layer_list, table, pool=pool, progress=progress,
+                                               C=_most_chosen_C(table), **options["fit"])
+    return out
+
+
+def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, name: str, n_folds: int,
+                fold_scheme: str, seed: int, Cs: list[float], inner_folds: int, controls: tuple[str, ...],
+                concepts: np.ndarray | None, n_boot: int, n_layers: int, memory_gb: float, fit: dict) -> dict:
+    """Cross-validate probes for one group.
+
+    `read(layers)` returns float32 activations [n, len(layers), d] of the group's rows (`keys`, labels
+    0/1 only). Returns a dict of `table` rows (per layer), `folds` rows, `oof` rows and the `peak`."""
+    labels = keys["label"].to_numpy(int)
+    pair_ids = keys["pair_id"].astype(str).to_numpy()
+    n, L = len(labels), len(layers)
+    fold = make_folds(labels, pair_ids, n_folds, fold_scheme, seed, name)
+    train = train_masks(fold, n_folds)
+    tasks = {"probe": np.tile(labels, (n_folds, 1))}
+    if "shuffle" in controls:
+        tasks["shuffle"] = shuffled_labels(labels, train, group_rng(seed, name, "shuffle"))
+    if "hewitt" in controls:
+        control = concept_labels(concepts, group_rng(seed, name, "hewitt"))
+        tasks["hewitt"] = np.tile(control, (n_folds, 1))
+    y = np.concatenate(list(tasks.values()))
+    trains = np.tile(train, (len(tasks), 1))
+    scores = np.empty((len(y), L, n))
+    chosen = np.full((n_folds, L), Cs[0])
+    j = 0
+    for chunk in layer_chunks(layers, n, d_model, memory_gb):
+        X = read(chunk)
+        if len(Cs) > 1:
+            chosen[:, j:j + len(chunk)] = choose_C(X, labels, pair_ids, train, Cs, inner_folds, fold_scheme, seed,
+                                                   name, fit)
+        scores[:, j:j + len(chunk)] = fit_predict(X, y, trains, np.tile(chosen[:, j:j + len(chunk)], (len(tasks), 1)),
+                                                  **fit)
+        j += len(chunk)
+    by_task = dict(zip(tasks, np.split(scores, len(tasks)), strict=True))
+    main = fold_metrics(by_task["probe"], labels, fold, n_folds)
+    majority_f1s, majority_accuracy = majority_baseline(labels, fold, n_folds)
+    extra = {"majority_f1": np.tile(majority_f1s[:, None], (1, L)),
+             "majority_accuracy": np.tile(majority_accuracy[:, None], (1, L))}
+    if "shuffle" in controls:
+        extra["shuffle_f1"] = fold_metrics(by_task["shuffle"], labels, fold, n_folds)["f1"]
+    if "hewitt" in controls:
+        extra["control_f1"] = fold_metrics(by_task["hewitt"], tasks["hewitt"], fold, n_folds)["f1"]
+    oof = out_of_fold(by_task["probe"], fold)
+    if n_boot:
+        replicates = bootstrap_f1(oof > 0, labels, fold, n_folds, pair_ids, n_boot, group_rng(seed, name, "bootstrap"))
+    else:
+        replicates = np.full((1, L), np.nan)
+    return {"table": _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replicates),
+            "folds": _fold_rows(layers, main, extra, chosen, train),
+            "oof": _oof_rows(keys, layers, fold, oof),
+            "peak": _peak_row(layers, n_layers, main, replicates, n, pair_ids)}
+
+
+def choose_C(X: np.ndarray, labels: np.ndarray, pair_ids: np.ndarray, train: np.ndarray, Cs: list[float],
+             inner_folds: int, fold_scheme: str, seed: int, name: str, fit: dict) -> np.ndarray:
+    """Nested choice of C: [n_folds, L] the C with the best mean inner-fold F1 (the smallest C on ties)
+    within each outer training fold, for each layer."""
+    inner = inner_train_masks(labels, pair_ids, train, inner_folds, fold_scheme, seed, name)  # [F, G, n]
+    F, G, n = inner.shape
+    trains = np.repeat(inner.reshape(F * G, n), len(Cs), axis=0)  # problem (f, g, c)
+    C_of = np.tile(Cs, F * G)
+    scores = fit_predict(X, np.tile(labels, (len(trains), 1)), trains, C_of, **fit)
+    valid = np.repeat(train, G * len(Cs), axis=0) & ~trains
+    f1 = np.stack([f1_scores(scores[p][:, valid[p]], labels[valid[p]]) for p in range(len(trains))])
+    mean_f1 = f1.reshape(F, G, len(Cs), -1).mean(1)  # [F, C, L]
+    return np.asarray(Cs)[mean_f1.argmax(1)]
+
+
+# ------------------------------------------------------------------------------------------ table rows
+
+def _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replicates) -> pd.DataFrame:
+    k = main["f1"].shape[0]
+    low, high = f1_intervals(replicates) if not np.isnan(replicates).all() else (np.nan, np.nan)
+    table = pd.DataFrame({
+        "layer": layers, "relative_depth": np.asarray(layers) / n_layers,
+        "n": len(labels), "n_pairs": len(np.unique(pair_ids)), "n_positive": int((labels == 1).sum()),
+        "f1_mean": main["f1"].mean(0), "f1_std": main["f1"].std(0),
+        "f1_se": main["f1"].std(0, ddof=1) / np.sqrt(k), "f1_ci_low": low, "f1_ci_high": high,
+        "accuracy": main["accuracy"].mean(0), "accuracy_std": main["accuracy"].std(0),
+        "auc": np.nanmean(main["auc"], 0) if not np.isnan(main["auc"]).all() else np.nan,
+        "C_selected": [_mode(chosen[:, j]) for j in range(len(layers))]})
+    for column, values in extra.items():
+        table[column] = values.mean(0)
+        if not column.startswith("majority"):
+            table[column.replace("_f1", "_f1_std")] = values.std(0)
+    if "control_f1" in extra:
+        table["selectivity"] = table["f1_mean"] - table["control_f1"]
+    return table
+
+
+def _fold_rows(layers, main, extra, chosen, train) -> pd.DataFrame:
+    k, L = main["f1"].shape
+    rows = pd.DataFrame({"layer": np.tile(layers, k), "fold": np.repeat(np.arange(k), L),
+                         "n_train": np.repeat(train.sum(1), L), "n_test": np.repeat(main["n_test"], L),
+                         "f1": main["f1"].ravel(), "accuracy": main["accuracy"].ravel(), "auc": main["auc"].ravel(),
+                         "C_selected": chosen.ravel()})
+    for column, values in extra.items():
+        rows[column] = values.ravel()
+    return rows.sort_values(["layer", "fold"], ignore_index=True)
+
+
+def _oof_rows(keys, layers, fold, oof) -> pd.DataFrame:
+    n, L = len(keys), len(layers)
+    base = keys[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
+    rows = base.loc[np.tile(np.arange(n), L)].reset_index(drop=True)
+    rows.insert(0, "method", "neuro")
+    rows["layer"] = np.repeat(layers, n)
+    rows["fold"] = np.tile(fold, L)
+    rows["score"] = oof.ravel()
+    return rows
+
+
+def _peak_row(layers, n_layers, main, replicates, n, pair_ids) -> dict:
+    k = main["f1"].shape[0]
+    f1_mean, f1_se = main["f1"].mean(0), main["f1"].std(0, ddof=1) / np.sqrt(k)
+    if np.isnan(replicates).all():
+        replicates = f1_mean[None]  # no bootstrap: the interval collapses onto the peak
+    return {"n": n, "n_pairs": len(np.unique(pair_ids)), "n_layers": n_layers,
+            **peak_summary(np.asarray(layers), f1_mean, f1_se, replicates, n_layers)}
+
+
+def _label_group(result: dict, by, key) -> dict:
+    """Put the group's columns first in every table ("all" for a standard column not grouped by)."""
+    values = dict(zip(by, key, strict=True))
+    for column in STANDARD_GROUP:
+        values.setdefault(column, "all")
+    out = dict(result)
+    for name in ("table", "folds"):
+        frame = result[name]
+        for i, (column, value) in enumerate(values.items()):
+            frame.insert(i, column, value)
+        frame.insert(0, "method", "neuro")
+    out["peak"] = {"method": "neuro", **values, **result["peak"]}
+    return out
+
+
+def _with_settings(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
+    frame = frame.copy()
+    for column in ("pool", "solver", "fold_scheme", "folds", "seed"):
+        frame[column] = settings[column]
+    frame["C"] = settings["C"] if not isinstance(settings["C"], list) else "nested:" + ",".join(map(str, settings["C"]))
+    return frame
+
+
+def _mode(values: np.ndarray) -> float:
+    uniq, counts = np.unique(values, return_counts=True)
+    return float(uniq[counts.argmax()])
+
+
+def _most_chosen_C(table: pd.DataFrame) -> float:
+    return _mode(table["C_selected"].to_numpy())
+
+
+def _transfer_with_diagonal(store, by, layers, table, **options) -> pd.DataFrame:
+    """The transfer matrix, with in-language cross-validated F1 on its diagonal (kind "cv")."""
+    from babelprobe.probes.transfer import transfer
+
+    if "language" not in by:
+        raise BabelprobeError("--transfer compares languages: group by language (--by language,subset)")
+    off = transfer(store, by=tuple(c for c in by if c != "language"), layers=layers, **options)
+    for column in STANDARD_GROUP:
+        if column != "language" and not off.empty and column not in off.columns:
+            off[column] = "all"  # as in the per-layer table, for a column not grouped by
+    diagonal = table.rename(columns={"f1_mean": "f1"}).assign(
+        train_language=table["language"], test_language=table["language"], n_train=np.nan, C=table["C_selected"],
+        kind="cv")
+    keep = [c for c in off.columns if c in diagonal.columns] if not off.empty else \
+        ["method", "train_language", "test_language", "subset", "layer", "f1", "accuracy", "auc", "n", "kind"]
+    both = pd.concat([off, diagonal[keep]], ignore_index=True)
+    order = [c for c in ("train_language", "test_language", *by, "layer") if c in both.columns and c != "language"]
+    return both.sort_values(order, ignore_index=True)
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("babelprobe", "torch", "scikit-learn", "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out

@@ -1,0 +1,180 @@
+"""How much faster the batched torch probe solver is than a scikit-learn loop, measured in the same run.
+
+The full sweep (every layer × language × subset × 5 grouped folds, no bootstrap or controls) runs twice
+on the same store: `solver="torch"` (all layers and folds of a group in one batched Newton solve) and
+`solver="sklearn"` (StandardScaler + LogisticRegression per fold and layer, the reference). It prints
+both times, their ratio, and the largest |ΔF1| between them over all groups and layers. Goal: ≥ 10×
+with |ΔF1| ≤ 0.01. scikit-learn's lbfgs stops at tol=1e-4, short of the optimum, so a few groups are
+also run with scikit-learn at tol=1e-6 to show which side a difference comes from.
+
+The store is the bundled xcomps-sample (10 languages × 4 subsets × 136 items) through the default model
+(Gemma-3-270M, layers 0..18, 640 dims), extracted once into the cache; `--synthetic` (or no model)
+uses planted-signal activations of the same shape (120 items per group).
+
+    .venv/bin/python perf/probe_solver.py                   # real sample store (extracts it once)
+    .venv/bin/python perf/probe_solver.py --synthetic --groups 8
+    .venv/bin/python perf/probe_solver.py --gpu             # large synthetic case, GPU against CPU
+
+`--gpu`: one group of 20k items × 33 layers × 4096 dims (the scale of Llama-8B on full XCOMPS), 5 folds,
+on CUDA; the CPU is timed on `--cpu-layers` of them and scaled to all layers (it is far too slow to run
+whole). Both use the same code; the sizes are options, so it can be checked small on a CPU machine:
+`--gpu --device cpu --items 2000 --layers 3 --dim 256`.
+
+Timings on a shared machine are noisy: compare ratios, re-run on a quiet one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from babelprobe.errors import BabelprobeError  # noqa: E402
+from babelprobe.probes import ArrayStore, sweep, synthetic_activations  # noqa: E402
+from babelprobe.probes.solvers import fit_predict  # noqa: E402
+
+
+def sample_store(cache: Path, synthetic: bool, groups: int | None):
+    """The real xcomps-sample store (extracted once into `cache`), or synthetic data of the same shape."""
+    if not synthetic:
+        try:
+            from babelprobe.extract import extract, open_store
+            from babelprobe.items import load_items
+
+            path = cache / "xcomps-sample-default-last"
+            if not (path / "manifest.json").exists():
+                from babelprobe.models import load_model
+
+                print(f"extracting xcomps-sample with the default model into {path} (once) ...", flush=True)
+                extract(load_model("default", device="cpu", dtype="float32"), load_items("xcomps-sample"), path,
+                        pool="last", source={"source": "xcomps-sample"}, progress=True)
+            store = open_store(path)
+            if groups:
+                keep = store.keys.groupby(["language", "subset"]).ngroup() < groups
+                return ArrayStore(store.keys[keep], last=store.read_layers(rows=np.flatnonzero(keep)),
+                                  layers=store.layers, n_layers=store.n_layers), "xcomps-sample via Gemma-3-270M"
+            return store, "xcomps-sample via Gemma-3-270M"
+        except (BabelprobeError, OSError, ImportError) as err:
+            print(f"no real store ({err}); using synthetic activations of the same shape")
+    languages = ["en", "de", "fr", "es", "ru", "zh", "ja", "ko", "tr", "vi"]
+    subsets = ["taxonomic", "overlap", "co-occurrence", "random"]
+    n_groups = groups or len(languages) * len(subsets)
+    keys, X = synthetic_activations(n_pairs=60, n_layers=18, d_model=640, languages=languages[: -(-n_groups // 4)],
+                                    subsets=subsets, signal=6, seed=0)
+    keep = (keys.groupby(["language", "subset"], sort=False).ngroup() < n_groups).to_numpy()
+    return ArrayStore(keys[keep], last=X[keep], n_layers=18), "synthetic, 120 items × 19 layers × 640 dims per group"
+
+
+def timed(fn):
+    """The result, wall seconds and CPU seconds of this process (threads included, worker processes not:
+    with one thread and one process, CPU time is the figure least disturbed by a busy machine)."""
+    start, cpu = time.perf_counter(), time.process_time()
+    result = fn()
+    return result, time.perf_counter() - start, time.process_time() - cpu
+
+
+def compare_solvers(args) -> None:
+    store, what = sample_store(Path(args.cache), args.synthetic, args.groups)
+    n_groups = store.keys.groupby(["language", "subset"]).ngroups
+    print(f"store: {what}; {n_groups} groups, {len(store.keys)} items, layers {store.layers[0]}..{store.layers[-1]}, "
+          f"d_model {store.d_model}; {args.threads} thread(s)")
+    common = dict(folds=5, n_boot=0, seed=args.seed)
+    sweep(store, layers=[0], **common)  # warm up: imports, first calls
+    torch_result, torch_s, torch_cpu = timed(lambda: sweep(store, solver="torch", **common))
+    print(f"torch   (batched Newton)        {torch_s:8.2f} s wall {torch_cpu:8.2f} s CPU", flush=True)
+    sk_result, sk_s, sk_cpu = timed(lambda: sweep(store, solver="sklearn", n_jobs=args.threads, **common))
+    print(f"sklearn (LogisticRegression)    {sk_s:8.2f} s wall {sk_cpu:8.2f} s CPU   ({args.threads} process(es), "
+          "tol 1e-4)", flush=True)
+    keys = ["language", "subset", "layer"]
+    both = torch_result.table.merge(sk_result.table, on=keys, suffixes=("_torch", "_sk"))
+    delta = (both["f1_mean_torch"] - both["f1_mean_sk"]).abs()
+    cpu_ratio = f", {sk_cpu / torch_cpu:.1f}x in CPU time" if args.threads == 1 else ""
+    print(f"speed-up {sk_s / torch_s:.1f}x in wall time{cpu_ratio} (goal >= 10x); largest |dF1| over {len(both)} "
+          f"group-layers: {delta.max():.4f} (goal <= 0.01); mean {delta.mean():.5f}")
+    if args.tight_groups:
+        first = both.drop_duplicates(["language", "subset"]).head(args.tight_groups)[["language", "subset"]]
+        rows = store.keys.merge(first, on=["language", "subset"]).item_id
+        part = store.keys["item_id"].isin(rows).to_numpy()
+        small = ArrayStore(store.keys[part], last=store.read_layers(rows=np.flatnonzero(part)), layers=store.layers,
+                           n_layers=store.n_layers)
+        _, small_torch_s, _ = timed(lambda: sweep(small, solver="torch", **common))
+        tight, tight_s, _ = timed(lambda: sweep(small, solver="sklearn", tol=1e-6, n_jobs=args.threads, **common))
+        check = tight.table.merge(both, on=keys)
+        print(f"on {len(first)} groups, against sklearn converged further (tol=1e-6): largest |dF1| torch "
+              f"{(check['f1_mean'] - check['f1_mean_torch']).abs().max():.4f}, sklearn at tol=1e-4 "
+              f"{(check['f1_mean'] - check['f1_mean_sk']).abs().max():.4f}; time {tight_s:.2f} s against torch "
+              f"{small_torch_s:.2f} s ({tight_s / small_torch_s:.1f}x)")
+    peaks = torch_result.peaks
+    print("peak layers (torch): " + ", ".join(f"{r.language}/{r.subset}:{r.peak_layer}" for r in peaks.itertuples()))
+
+
+def gpu_case(args) -> None:
+    """20k items × 33 layers × 4096 dims, 5 folds, one group: GPU time against (extrapolated) CPU time."""
+    device = torch.device(args.device or "cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--gpu: torch sees no CUDA GPU here (use --device cpu with small sizes to check the script)")
+    rng = np.random.default_rng(0)
+    n, L, d = args.items, args.layers, args.dim
+    labels = np.tile([1, 0], n // 2)
+    direction = rng.standard_normal(d).astype(np.float32)
+    X = rng.standard_normal((n, L, d), dtype=np.float32)  # 10.8 GB at the default size
+    signs = (labels - 0.5).astype(np.float32)
+    for j, strength in enumerate(np.linspace(0.2, 2, L, dtype=np.float32) * 8 / np.sqrt(d)):
+        X[:, j] += np.outer(signs * strength, direction)  # a signal growing with depth, layer by layer
+    fold = np.repeat(rng.permutation(np.arange(n // 2) % 5), 2)  # grouped by pair
+    train = np.stack([fold != k for k in range(5)])
+    y = np.tile(labels, (5, 1))
+    print(f"large case: {n} items × {L} layers × {d} dims, 5 folds ({int(train[0].sum())} training rows each)")
+
+    def run(on, layers):
+        if on.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        scores = fit_predict(X[:, :layers], y, train, 1.0, device=on, memory_gb=args.memory_gb)
+        if on.type == "cuda":
+            torch.cuda.synchronize()
+        return scores, time.perf_counter() - start
+
+    run(device, 1)  # warm up (CUDA context, kernels)
+    fast, fast_s = run(device, L)
+    print(f"{device}: {fast_s:.2f} s for {L} layers")
+    cpu_layers = min(args.cpu_layers, L)
+    slow, slow_s = run(torch.device("cpu"), cpu_layers)
+    per_layer = slow_s / cpu_layers
+    print(f"cpu: {slow_s:.2f} s for {cpu_layers} layer(s) -> {per_layer * L:.1f} s for {L} layers (scaled)")
+    print(f"speed-up {per_layer * L / fast_s:.1f}x; largest |score difference| on the CPU layers "
+          f"{np.abs(fast[:, :cpu_layers] - slow).max():.2e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--synthetic", action="store_true", help="synthetic activations instead of the real store")
+    parser.add_argument("--groups", type=int, help="only the first N language × subset groups (default all 40)")
+    parser.add_argument("--tight-groups", type=int, default=4, help="groups also run with sklearn tol=1e-6 (0: none)")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
+                        help="torch threads, and sklearn processes (each single-threaded)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache", default=str(Path.home() / ".cache" / "babelprobe" / "perf"),
+                        help="where the extracted sample store is kept")
+    parser.add_argument("--gpu", action="store_true", help="run the large GPU-against-CPU case instead")
+    parser.add_argument("--device", help="--gpu: the fast device (default cuda)")
+    parser.add_argument("--items", type=int, default=20_000)
+    parser.add_argument("--layers", type=int, default=33)
+    parser.add_argument("--dim", type=int, default=4096)
+    parser.add_argument("--cpu-layers", type=int, default=1, help="--gpu: layers timed on the CPU")
+    parser.add_argument("--memory-gb", type=float, default=16.0, help="--gpu: working memory of the solver")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with threadpool_limits(args.threads):
+        gpu_case(args) if args.gpu else compare_solvers(args)
+
+
+if __name__ == "__main__":
+    main()

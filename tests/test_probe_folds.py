@@ -1,0 +1,139 @@
+"""Folds, controls and bootstrap peaks: checked against scikit-learn and direct computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.dummy import DummyClassifier
+from sklearn.metrics import f1_score
+from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.probes.controls import (
+    concept_labels,
+    concepts_for,
+    group_rng,
+    majority_baseline,
+    shuffled_labels,
+)
+from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
+from babelprobe.probes.peaks import bootstrap_f1, peak_summary
+
+
+def pairs(n_pairs):
+    labels = np.tile([1, 0], n_pairs)
+    pair_ids = np.repeat([f"p{i}" for i in range(n_pairs)], 2)
+    return labels, pair_ids
+
+
+def test_grouped_folds_keep_pairs_together_and_match_sklearn():
+    labels, pair_ids = pairs(23)
+    fold = make_folds(labels, pair_ids, 5, "grouped", seed=3)
+    assert (pd.Series(fold).groupby(pair_ids).nunique() == 1).all()
+    expected = np.empty(len(labels), int)
+    splitter = StratifiedGroupKFold(5, shuffle=True, random_state=3)
+    for k, (_, test) in enumerate(splitter.split(np.zeros(len(labels)), labels, pair_ids)):
+        expected[test] = k
+    np.testing.assert_array_equal(fold, expected)
+    assert not np.array_equal(fold, make_folds(labels, pair_ids, 5, "grouped", seed=4))
+
+
+def test_plain_folds_are_xcomps_stratified_kfold():
+    labels, pair_ids = pairs(20)
+    fold = make_folds(labels, pair_ids, 5, "plain", seed=1)
+    for k, (_, test) in enumerate(StratifiedKFold(5, shuffle=True, random_state=1).split(labels, labels)):
+        assert set(np.flatnonzero(fold == k)) == set(test)
+
+
+@pytest.mark.parametrize("labels, pair_ids, message", [
+    (np.ones(20, int), np.repeat(np.arange(10), 2), "only label 1"),
+    (np.tile([1, 0], 4), np.repeat(np.arange(4), 2), "4 pairs, fewer than --folds 5"),
+    (np.r_[np.ones(18, int), 0, 0], np.arange(20), "only 2 items with label 0"),
+])
+def test_unfoldable_groups_are_named(labels, pair_ids, message):
+    with pytest.raises(BabelprobeError, match=message) as err:
+        make_folds(labels, pair_ids, 5, group="language=de subset=random")
+    assert "language=de subset=random" in str(err.value)
+
+
+def test_inner_folds_stay_inside_outer_training_rows():
+    labels, pair_ids = pairs(30)
+    train = train_masks(make_folds(labels, pair_ids, 5), 5)
+    inner = inner_train_masks(labels, pair_ids, train, 3, "grouped", 0, "g")
+    assert inner.shape == (5, 3, 60)
+    for k in range(5):
+        assert not (inner[k] & ~train[k]).any()
+        held_out = train[k] & ~inner[k]  # each outer-training row is validated exactly once
+        np.testing.assert_array_equal(held_out.sum(0), train[k].astype(int))
+
+
+def test_majority_baseline_is_sklearn_dummy():
+    rng = np.random.default_rng(0)
+    labels = (rng.random(40) < 0.6).astype(int)
+    fold = rng.integers(0, 4, 40)
+    f1, accuracy = majority_baseline(labels, fold, 4)
+    for k in range(4):
+        dummy = DummyClassifier(strategy="most_frequent").fit(np.zeros((np.sum(fold != k), 1)), labels[fold != k])
+        pred = dummy.predict(np.zeros((np.sum(fold == k), 1)))
+        assert f1[k] == pytest.approx(f1_score(labels[fold == k], pred, zero_division=0))
+        assert accuracy[k] == pytest.approx(np.mean(pred == labels[fold == k]))
+
+
+def test_shuffled_labels_permute_only_training_rows():
+    labels, pair_ids = pairs(25)
+    train = train_masks(make_folds(labels, pair_ids, 5), 5)
+    shuffled = shuffled_labels(labels, train, group_rng(0, "g", "shuffle"))
+    for k in range(5):
+        np.testing.assert_array_equal(shuffled[k, ~train[k]], labels[~train[k]])
+        assert shuffled[k, train[k]].sum() == labels[train[k]].sum()
+    assert not np.array_equal(shuffled[0, train[0]], labels[train[0]])
+    again = shuffled_labels(labels, train, group_rng(0, "g", "shuffle"))
+    np.testing.assert_array_equal(shuffled, again)
+
+
+def test_concept_control_labels_follow_concepts():
+    concepts = np.array(["dog", "cat", "dog", "eagle", "cat", "chair", "dog"])
+    control = concept_labels(concepts, np.random.default_rng(0))
+    for name in np.unique(concepts):
+        assert len(set(control[concepts == name])) == 1
+    assert set(control) == {0, 1}
+
+
+def test_concepts_from_xcomps_fields_and_errors():
+    keys = pd.DataFrame({"item_id": ["a", "b", "c"], "label": [1, 0, 1]})
+    items = pd.DataFrame({"item_id": ["a", "b", "c"], "label": [1, 0, 1],
+                          "acceptable_concept": ["dog", "dog", "cat"], "unacceptable_concept": ["x", "chair", "y"]})
+    assert list(concepts_for(keys, items)) == ["dog", "chair", "cat"]
+    with pytest.raises(BabelprobeError, match="--items"):
+        concepts_for(keys, None)
+    with pytest.raises(BabelprobeError, match="no concept column"):
+        concepts_for(keys, items.drop(columns=["acceptable_concept"]))
+    with pytest.raises(BabelprobeError, match="item_id 'c'"):
+        concepts_for(keys, items.iloc[:2])
+
+
+def test_bootstrap_replicates_recompute_fold_f1():
+    rng = np.random.default_rng(1)
+    labels, pair_ids = pairs(30)
+    fold = make_folds(labels, pair_ids, 5)
+    pred = rng.random((3, 60)) < np.array([[0.5], [0.7], [0.6]])
+    pred[1] = labels == 1  # a perfect layer
+    reps = bootstrap_f1(pred, labels, fold, 5, pair_ids, 200, np.random.default_rng(2))
+    assert reps.shape == (200, 3)
+    assert np.allclose(reps[:, 1], 1.0)
+    # one replicate by hand: weights = how often each pair was drawn
+    rng2 = np.random.default_rng(2)
+    counts = rng2.multinomial(30, np.full(30, 1 / 30), size=200)[0]
+    w = counts[np.unique(pair_ids, return_inverse=True)[1]]
+    by_hand = []
+    for k in range(5):
+        test = (fold == k) & (w > 0)
+        if test.any():
+            by_hand.append(f1_score(labels[test], pred[0, test], sample_weight=w[test], zero_division=0))
+    assert reps[0, 0] == pytest.approx(np.mean(by_hand))
+    summary = peak_summary(np.array([0, 1, 2]), np.array([0.5, 0.9, 0.88]), np.array([0.05, 0.03, 0.04]), reps, 2)
+    assert summary["peak_layer"] == 1 and summary["peak_layer_low"] == summary["peak_layer_high"] == 1
+    assert summary["first_within_1se"] == 1 and summary["peak_relative_depth"] == 0.5
+    near = peak_summary(np.array([4, 5, 6]), np.array([0.85, 0.9, 0.7]), np.array([0.1, 0.06, 0.1]), reps, 12)
+    assert near["first_within_1se"] == 4

@@ -1,0 +1,145 @@
+"""The batched torch logistic solver against scikit-learn (the reference), and the probe metrics against
+sklearn.metrics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+from babelprobe.probes.metrics import accuracies, aucs, f1_scores
+from babelprobe.probes.solvers import fit_logistic, fit_predict
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These problems are tiny: threads only add overhead (and stall on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(threads)
+
+
+def sklearn_exact(X, y, C):
+    """scikit-learn's LogisticRegression run to a tight tolerance: the optimum to compare against."""
+    return LogisticRegression(C=C, tol=1e-10, max_iter=10_000).fit(X, y)
+
+
+def standardised(rng, m, d):
+    X = rng.normal(size=(m, d)) * rng.uniform(0.5, 2, size=d)
+    return (X - X.mean(0)) / X.std(0)
+
+
+@pytest.mark.parametrize("formulation, m, d, C", [("dual", 40, 60, 1.0), ("dual", 40, 60, 20.0),
+                                                  ("primal", 40, 60, 0.05), ("primal", 80, 10, 1.0),
+                                                  ("auto", 80, 10, 20.0)])
+def test_fit_logistic_reaches_sklearn_optimum(formulation, m, d, C):
+    rng = np.random.default_rng(0)
+    problems = []
+    for _ in range(3):
+        X = standardised(rng, m, d)
+        y = (X[:, 0] + rng.normal(size=m) > 0.3).astype(float)  # unbalanced, with signal
+        problems.append((X, y))
+    Z = torch.tensor(np.stack([p[0] for p in problems]))
+    Y = torch.tensor(np.stack([p[1] for p in problems]))
+    coef, intercept, _ = fit_logistic(Z, Y, torch.ones_like(Y), torch.full((3,), C, dtype=torch.float64),
+                                      formulation=formulation)
+    for b, (X, y) in enumerate(problems):
+        ref = sklearn_exact(X, y, C)
+        np.testing.assert_allclose(coef[b].numpy(), ref.coef_[0], atol=1e-5 * max(1, np.abs(ref.coef_).max()))
+        np.testing.assert_allclose(intercept[b].item(), ref.intercept_[0], atol=1e-5 * max(1, abs(ref.intercept_[0])))
+
+
+def test_padding_rows_do_not_count():
+    """A problem padded with weight-0 rows gives the fit of its real rows only."""
+    rng = np.random.default_rng(1)
+    X, y = standardised(rng, 30, 50), np.tile([0.0, 1.0], 15)
+    junk = rng.normal(size=(10, 50)) * 100
+    Z = torch.tensor(np.concatenate([X, junk]))[None]
+    Y = torch.tensor(np.concatenate([y, np.ones(10)]))[None]
+    W = torch.tensor(np.concatenate([np.ones(30), np.zeros(10)]))[None]
+    for formulation in ("dual", "primal"):
+        coef, intercept, _ = fit_logistic(Z, Y, W, torch.tensor([1.0]), formulation=formulation)
+        ref = sklearn_exact(X, y, 1.0)
+        np.testing.assert_allclose(coef[0].numpy(), ref.coef_[0], atol=1e-6)
+
+
+def test_fit_predict_matches_sklearn_pipeline_on_raw_activations():
+    """Standardisation on the training rows only, unequal training sizes, per-problem C, offsets far from 0."""
+    rng = np.random.default_rng(2)
+    n, L, d = 50, 3, 80
+    X = rng.normal(size=(n, L, d)) * rng.uniform(0.1, 30, size=d) + rng.uniform(-500, 500, size=d)
+    labels = rng.integers(0, 2, size=n)
+    X[:, :, :3] += labels[:, None, None] * 20
+    train = np.stack([rng.random(n) < 0.8, rng.random(n) < 0.6, np.arange(n) >= 10])
+    y = np.stack([labels, labels, 1 - labels])
+    C = np.array([[1.0, 0.1, 5.0], [0.5, 0.5, 0.5], [2.0, 1.0, 0.01]])
+    scores = fit_predict(X, y, train, C)
+    for p in range(3):
+        for layer in range(L):
+            ref = make_pipeline(StandardScaler(), LogisticRegression(C=C[p, layer], tol=1e-10, max_iter=10_000))
+            ref.fit(X[train[p], layer], y[p, train[p]])
+            np.testing.assert_allclose(scores[p, layer], ref.decision_function(X[:, layer]), rtol=1e-4, atol=1e-4)
+
+
+def test_float32_data_with_float64_newton_stays_close():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 2, 100)).astype(np.float32) + 10
+    y = np.tile(np.tile([0, 1], 30), (2, 1))
+    X[:, :, 0] += y[0][:, None] * 2
+    train = np.stack([np.arange(60) % 4 < 2, np.arange(60) >= 20])
+    exact = fit_predict(X, y, train, 1.0, dtype=torch.float64)
+    single = fit_predict(X, y, train, 1.0, dtype=torch.float32)
+    assert np.abs(exact - single).max() < 1e-4 * np.abs(exact).max()
+
+
+def test_sklearn_solver_path_gives_the_same_decisions():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40, 2, 30))
+    labels = np.tile([0, 1], 20)
+    X[:, :, 0] += labels[:, None] * 1.5
+    train = np.stack([np.arange(40) >= 8, np.arange(40) < 32])
+    y = np.tile(labels, (2, 1))
+    torch_scores = fit_predict(X, y, train, 1.0)
+    sk_scores = fit_predict(X, y, train, 1.0, solver="sklearn", n_jobs=1)
+    assert sk_scores.shape == torch_scores.shape == (2, 2, 40)
+    np.testing.assert_allclose(sk_scores, torch_scores, atol=1e-2)  # lbfgs stops at its own tol=1e-4
+
+
+def test_single_class_problem_is_the_constant_classifier():
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(20, 2, 8))
+    y = np.stack([np.ones(20, int), np.tile([0, 1], 10), np.zeros(20, int)])
+    train = np.ones((3, 20), bool)
+    scores = fit_predict(X, y, train, 1.0)
+    assert (scores[0] == 1).all() and (scores[2] == -1).all()
+    np.testing.assert_allclose(scores[1], fit_predict(X, y[1:2], train[1:2], 1.0)[0])
+
+
+def test_layer_chunking_does_not_change_results():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(30, 5, 20))
+    y = np.tile(np.tile([0, 1], 15), (2, 1))
+    train = np.stack([np.arange(30) >= 6, np.arange(30) < 24])
+    whole = fit_predict(X, y, train, 1.0, dtype=torch.float64)
+    chunked = fit_predict(X, y, train, 1.0, dtype=torch.float64, memory_gb=1e-9)  # one layer at a time
+    np.testing.assert_allclose(whole, chunked, atol=1e-10)
+
+
+def test_metrics_match_sklearn():
+    rng = np.random.default_rng(6)
+    labels = rng.integers(0, 2, size=25)
+    scores = np.round(rng.normal(size=(4, 25)), 1)  # rounding makes ties, which AUC must average
+    scores[3] = -1  # predicts nothing positive: F1 0 (sklearn's zero_division)
+    ours = zip(scores, f1_scores(scores, labels), accuracies(scores, labels), aucs(scores, labels), strict=True)
+    for row, f1, acc, auc in ours:
+        assert f1 == pytest.approx(f1_score(labels, row > 0, zero_division=0))
+        assert acc == pytest.approx(accuracy_score(labels, row > 0))
+        assert auc == pytest.approx(roc_auc_score(labels, row))
+    assert np.isnan(aucs(scores, np.ones(25))).all()

@@ -1,0 +1,234 @@
+"""The probe sweep on activation stores: parity with an independent scikit-learn cross-validation,
+table contracts, out-of-fold scores, peaks, controls, nested C, transfer and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, f1_score
+from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from threadpoolctl import threadpool_limits
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract import open_store, write_store
+from babelprobe.probes import ArrayStore, at_peaks, sweep, synthetic_activations, transfer, transfer_matrix
+from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
+from babelprobe.probes.sweep import choose_C
+from babelprobe.tables import read_table
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These problems are tiny: threads only add overhead (and stall on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def real_shaped(tmp_path_factory):
+    """One group of the realistic size: 60 pairs (120 items) x 19 layers (0..18) x 640 dims, as a store."""
+    keys, X = synthetic_activations(n_pairs=60, n_layers=18, d_model=640, signal=6, seed=11)
+    path = write_store(tmp_path_factory.mktemp("acts") / "acts", keys, last=X, n_layers=18)
+    return keys, X, path
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """2 languages x 2 subsets x 20 pairs x 7 layers x 32 dims, with concepts, last and mean pooling."""
+    keys, X = synthetic_activations(n_pairs=20, n_layers=6, d_model=32, languages=("en", "de"),
+                                    subsets=("taxonomic", "random"), signal=8, peak_layer=4, seed=3)
+    path = write_store(tmp_path_factory.mktemp("acts") / "small", keys, last=X, mean=X * 0.5 + 1, n_layers=6)
+    return keys, X, path
+
+
+def sklearn_cv_f1(X, labels, pair_ids, seed, tol=1e-6):
+    """Independent reference: StratifiedGroupKFold on pairs + StandardScaler + LogisticRegression per layer."""
+    splitter = StratifiedGroupKFold(5, shuffle=True, random_state=seed)
+    f1, acc = [], []
+    for train, test in splitter.split(X[:, 0], labels, pair_ids):
+        model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, tol=tol, max_iter=5000))
+        per_layer = [model.fit(X[train, j].astype(np.float64), labels[train]).predict(X[test, j].astype(np.float64))
+                     for j in range(X.shape[1])]
+        f1.append([f1_score(labels[test], p) for p in per_layer])
+        acc.append([accuracy_score(labels[test], p) for p in per_layer])
+    return np.mean(f1, 0), np.std(f1, 0), np.mean(acc, 0)
+
+
+def test_torch_sweep_matches_sklearn_cross_validation_at_every_layer(real_shaped):
+    keys, X, path = real_shaped
+    result = sweep(path, folds=5, seed=7)
+    table = result.table.sort_values("layer")
+    assert list(table["layer"]) == list(range(19))
+    ref_f1, ref_std, ref_acc = sklearn_cv_f1(X, keys["label"].to_numpy(), keys["pair_id"].to_numpy(), seed=7)
+    assert np.abs(table["f1_mean"].to_numpy() - ref_f1).max() <= 0.01
+    assert np.abs(table["accuracy"].to_numpy() - ref_acc).max() <= 0.01
+    assert np.abs(table["f1_std"].to_numpy() - ref_std).max() <= 0.02
+    assert (table["n"] == 120).all() and (table["n_pairs"] == 60).all()
+    # the planted signal peaks at layer 12: the probe should find a peak near it, with a sane interval
+    peak = result.peaks.iloc[0]
+    assert 9 <= peak["peak_layer"] <= 15 and peak["peak_layer_low"] <= peak["peak_layer"] <= peak["peak_layer_high"]
+    assert peak["peak_f1"] > table.loc[table["layer"] == 0, "f1_ci_high"].iloc[0]
+    assert peak["peak_relative_depth"] == pytest.approx(peak["peak_layer"] / 18)
+
+
+def test_table_contract_out_of_fold_scores_and_pairs(small):
+    keys, X, path = small
+    result = sweep(path, layers="0,2-4,6", n_boot=200)
+    table = result.table
+    expected = {(lang, sub, layer) for lang in ("en", "de") for sub in ("taxonomic", "random")
+                for layer in (0, 2, 3, 4, 6)}
+    assert set(zip(table["language"], table["subset"], table["layer"], strict=True)) == expected
+    for column in ("method", "f1_mean", "f1_std", "accuracy", "auc", "n", "n_pairs", "f1_ci_low", "f1_ci_high",
+                   "majority_f1", "pool", "solver", "C", "fold_scheme", "seed"):
+        assert column in table.columns, column
+    assert (table["f1_ci_low"] <= table["f1_ci_high"]).all()
+    # the fold table's F1 is sklearn's f1_score of the out-of-fold predictions
+    oof, folds = result.oof, result.folds
+    assert len(oof) == len(keys) * 5
+    for (lang, sub, layer, k), row in folds.set_index(["language", "subset", "layer", "fold"]).iloc[::7].iterrows():
+        part = oof[(oof["language"] == lang) & (oof["subset"] == sub) & (oof["layer"] == layer) & (oof["fold"] == k)]
+        assert row["f1"] == pytest.approx(f1_score(part["label"], part["score"] > 0))
+        assert row["n_test"] == len(part)
+    # grouped folds: the two sentences of a pair share a fold; pair view is score_good > score_bad
+    assert (oof.groupby(["pair_id", "layer"])["fold"].nunique() == 1).all()
+    pairs = result.pair_scores(layer=4)
+    assert len(pairs) == 80 and (pairs["correct"] == (pairs["score_good"] > pairs["score_bad"])).all()
+    assert pairs["correct"].mean() > 0.8  # the planted layer separates the pairs
+    with pytest.raises(BabelprobeError, match="layer 5"):
+        result.pair_scores(layer=5)
+
+
+def test_controls_and_selectivity(small):
+    keys, X, path = small
+    result = sweep(path, layers=[0, 4], controls="all", items=keys, n_boot=0)
+    at_peak = result.table[result.table["layer"] == 4]
+    assert (at_peak["f1_mean"] > 0.75).all()
+    assert (at_peak["shuffle_f1"] < at_peak["f1_mean"] - 0.2).all()
+    assert np.allclose(at_peak["selectivity"], at_peak["f1_mean"] - at_peak["control_f1"])
+    assert (result.table["majority_accuracy"].between(0.3, 0.7)).all()
+    again = sweep(path, layers=[0, 4], controls="all", items=keys, n_boot=0)
+    pd.testing.assert_frame_equal(result.table, again.table)  # seeded
+
+
+def test_hewitt_without_concepts_says_so(small):
+    keys, X, path = small
+    with pytest.raises(BabelprobeError, match="--items"):
+        sweep(path, layers=[4], controls="hewitt")
+
+
+def test_nested_C_matches_grid_search(small):
+    keys, X, _ = small
+    part = keys[(keys["language"] == "en") & (keys["subset"] == "random")]
+    Xg = X[part.index][:, [2]]
+    labels, pair_ids = part["label"].to_numpy(int), part["pair_id"].to_numpy()
+    train = train_masks(make_folds(labels, pair_ids, 5, seed=0), 5)
+    grid = [0.003, 0.03, 0.3]
+    fit = dict(solver="torch", device=None, dtype=None, max_iter=None, n_jobs=None, memory_gb=1.0)
+    chosen = choose_C(Xg, labels, pair_ids, train, grid, 3, "grouped", 0, "g", fit)
+    inner = inner_train_masks(labels, pair_ids, train, 3, "grouped", 0, "g")
+    for k in range(2):  # two outer folds are enough to compare choices
+        rows = np.flatnonzero(train[k])
+        splits = [(np.flatnonzero(inner[k, j, rows]), np.flatnonzero(~inner[k, j, rows])) for j in range(3)]
+        search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(tol=1e-8, max_iter=10_000)),
+                              {"logisticregression__C": grid}, cv=splits, scoring="f1", refit=False)
+        search.fit(Xg[rows, 0], labels[rows])
+        assert chosen[k, 0] == search.best_params_["logisticregression__C"]
+    result = sweep(ArrayStore(keys, last=X), layers=[2], C="0.003,0.03,0.3", n_boot=0)
+    assert set(result.table["C_selected"]) <= set(grid) and result.table["C"].iloc[0].startswith("nested:")
+
+
+def test_transfer_matrix_against_sklearn(tmp_path):
+    keys, X = synthetic_activations(n_pairs=20, n_layers=4, d_model=24, languages=("en", "de", "zh"),
+                                    subsets=("taxonomic",), signal=8, peak_layer=3, shared_direction=True, seed=5)
+    store = ArrayStore(keys, last=X)
+    table = transfer(store, layers=[3])
+    assert len(table) == 6 and set(table["kind"]) == {"transfer"}
+    row = table[(table["train_language"] == "en") & (table["test_language"] == "zh")].iloc[0]
+    en, zh = (keys["language"] == "en").to_numpy(), (keys["language"] == "zh").to_numpy()
+    model = make_pipeline(StandardScaler(), LogisticRegression(tol=1e-10, max_iter=10_000))
+    model.fit(X[en, 3], keys["label"][en])
+    assert row["f1"] == pytest.approx(f1_score(keys["label"][zh], model.predict(X[zh, 3])), abs=1e-9)
+    assert table["f1"].min() > 0.8  # one shared direction: probes transfer
+    result = sweep(store, layers=[2, 3], transfer=True, n_boot=0)
+    full = result.transfer
+    diagonal = full[full["kind"] == "cv"]
+    assert len(diagonal) == 6 and (diagonal["train_language"] == diagonal["test_language"]).all()
+    cv = result.table.set_index(["language", "layer"])["f1_mean"]
+    assert np.allclose(diagonal["f1"], [cv[(lang, layer)] for lang, layer in zip(diagonal["train_language"],
+                                                                                  diagonal["layer"], strict=True)])
+    peaks = at_peaks(full, result.peaks)
+    assert len(peaks) == 9 and set(peaks["layer"]) <= {2, 3}
+    assert transfer_matrix(peaks, layer=None).shape == (3, 3)
+
+
+def test_write_puts_every_table_next_to_out(small, tmp_path):
+    keys, X, path = small
+    result = sweep(path, layers=[1, 4], n_boot=50, transfer=True)
+    paths = result.write(tmp_path / "neuro.csv")
+    assert {p.name for p in paths.values()} == {"neuro.csv", "neuro.folds.csv", "neuro.oof.parquet", "neuro.peaks.csv",
+                                                "neuro.transfer.csv", "neuro.settings.json"}
+    assert len(read_table(paths["table"])) == len(result.table)
+    assert len(read_table(paths["oof"])) == len(result.oof)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_mean_pooling_and_sklearn_solver(small):
+    keys, X, path = small
+    torch_mean = sweep(path, layers=[4], pool="mean", n_boot=0).table
+    sk_mean = sweep(path, layers=[4], pool="mean", solver="sklearn", n_boot=0, n_jobs=1).table
+    assert np.abs(torch_mean["f1_mean"] - sk_mean["f1_mean"]).max() <= 0.05
+    assert (sk_mean["solver"] == "sklearn").all()
+
+
+def test_bad_input_is_named(small, tmp_path):
+    keys, X, path = small
+    with pytest.raises(BabelprobeError, match="no 'mean' pooling"):
+        sweep(ArrayStore(keys, last=X), pool="mean")
+    bad = X.copy()
+    bad[keys.index[keys["language"] == "de"][3], 2, 5] = np.nan
+    with pytest.raises(BabelprobeError, match=r"group language=de subset=\w+: last activations of layer 2 are NaN"):
+        sweep(ArrayStore(keys, last=bad), n_boot=0)
+    unlabelled = keys.assign(label=np.where(keys["language"] == "de", -1, keys["label"]))
+    with pytest.raises(BabelprobeError, match="group language=de subset=random has no items labelled 0 or 1"):
+        sweep(ArrayStore(unlabelled, last=X))
+    with pytest.raises(BabelprobeError, match="no 'label' field"):
+        sweep(ArrayStore(keys.drop(columns="label"), last=X))
+    one_class = keys[keys["label"] == 1].reset_index(drop=True)
+    with pytest.raises(BabelprobeError, match="only label 1"):
+        sweep(ArrayStore(one_class, last=X[keys["label"] == 1]))
+    with pytest.raises(BabelprobeError, match="group language=de subset=random has 20 pairs, fewer than --folds 25"):
+        sweep(path, folds=25)
+    with pytest.raises(BabelprobeError, match="layer 9"):
+        sweep(path, layers="9")
+    assert open_store(path).pools == ("last", "mean")
+
+
+@pytest.mark.slow
+def test_real_activations_match_sklearn_and_pairs_join_items(default_lm, tmp_path):
+    """Gemma-3-270M activations of bundled items (massive-activation dimensions and all): the probe's F1
+    equals an independent scikit-learn cross-validation at every layer."""
+    from babelprobe.extract import extract
+    from babelprobe.items import load_items
+
+    items = load_items("xcomps-sample", languages=["en", "de"], subsets=["taxonomic"], limit=20)
+    extract(default_lm, items, tmp_path / "acts", pool="last", progress=False,
+            source={"source": "xcomps-sample", "languages": ["en", "de"], "subsets": ["taxonomic"], "limit": 20})
+    store = open_store(tmp_path / "acts")
+    result = sweep(store, n_boot=100, controls="hewitt")  # concepts come from the manifest's item source
+    for language in ("en", "de"):
+        rows = np.flatnonzero((store.keys["language"] == language).to_numpy())
+        X, part = store.read_layers(rows=rows), store.keys.iloc[rows]
+        ref_f1, _, _ = sklearn_cv_f1(X, part["label"].to_numpy(), part["pair_id"].to_numpy(), seed=0)
+        ours = result.table[result.table["language"] == language].sort_values("layer")["f1_mean"].to_numpy()
+        assert np.abs(ours - ref_f1).max() <= 0.01, language
+    pairs = result.pair_scores(layer=int(result.peaks["peak_layer"].iloc[0]), items=items)
+    assert len(pairs) == 40 and pairs["text_good"].notna().all()
+    assert "selectivity" in result.table.columns
