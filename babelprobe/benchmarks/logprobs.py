@@ -140,18 +140,24 @@ def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.T
 # ------------------------------------------------------------------------------ shared-prefix scoring
 
 def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[int] | None = None,
-                           names: list[str] | None = None, batch_tokens: int = 4096, truncate: bool = False,
-                           progress: bool = True) -> list[TokenLogprobs]:
-    """`token_logprobs` for many continuations of few contexts: each context is run once.
+                           names: list[str] | None = None, batch_tokens: int = 4096, padding_side: str = "left",
+                           truncate: bool = False, progress: bool = True,
+                           chunk_tokens: int | None = None) -> list[TokenLogprobs]:
+    """`token_logprobs` for texts that start alike (prompts and their answers): every shared token
+    prefix is run through the model once.
 
-    Same arguments and results as `token_logprobs` (same scored tokens, same flags). The context of a
-    text is its tokens before the first scored token. Texts whose contexts are identical token for
-    token (a prompt and its candidate answers) share one forward pass over the context, kept in the
-    KV cache; then only each text's own remaining tokens are run, against a copy of that cache.
+    Same arguments and results as `token_logprobs` (same scored tokens, same flags; `padding_side` is
+    accepted so that it is a drop-in, but the tree always pads the past on the left). The texts' tokens
+    are merged into a prefix tree; the tree is run level by level, each node's tokens given the KV
+    cache of the tokens before it. Meta prompts in both option orders share their opening question,
+    the same question with the same first option is shared across subsets, and a prompt is run once
+    for both of its answers. Only states that predict scored tokens reach the vocabulary projection.
 
-    Contexts are left-padded so that every context ends in the same column and the continuations
-    follow without a gap; then a sliding-window cache layer (Gemma) keeps exactly the tokens the
-    window needs. `tests/test_meta_logprobs.py` checks the result against a plain forward pass."""
+    Texts are sorted so that alike ones are neighbours and processed in chunks of about `chunk_tokens`
+    distinct tokens (default 2 × batch_tokens); a chunk's keys and values, every layer's for every
+    token, are kept until it is done (37 KB per token on the default model: about 300 MB). Sliding-
+    window layers keep everything too; their window comes from the attention mask.
+    `tests/test_meta_logprobs.py` checks the result against a plain forward pass, sliding layers included."""
     score_from = list(score_from) if score_from is not None else [0] * len(texts)
     unique = list(dict.fromkeys(zip(texts, score_from)))
     first_name = {}
@@ -159,17 +165,19 @@ def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[i
         first_name.setdefault(key, names[i] if names else f"#{i}")
     encodings = lm.encode([t for t, _ in unique], names=[first_name[k] for k in unique], truncate=truncate)
     targets = [_scored_positions(enc, start) for enc, (_, start) in zip(encodings, unique)]
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (enc, positions) in enumerate(zip(encodings, targets)):
-        if positions:
-            groups.setdefault(tuple(enc.ids[:positions[0]]), []).append(i)
+    # A text's model inputs: its tokens up to (not including) its last scored token.
+    inputs = {i: tuple(enc.ids[:positions[-1]]) for i, (enc, positions) in enumerate(zip(encodings, targets))
+              if positions}
     logprobs = {i: np.zeros(0) for i, positions in enumerate(targets) if not positions}
     bar = tqdm(total=sum(len(e.ids) for e in encodings), unit="tok", desc="scoring", disable=not progress,
                dynamic_ncols=True)
     with torch.inference_mode():
-        for batch in _context_batches(groups, encodings, targets, batch_tokens):
-            logprobs.update(_score_context_batch(lm, batch, groups, encodings, targets))
-            bar.update(sum(len(encodings[i].ids) for context in batch for i in groups[context]))
+        for chunk in _prefix_chunks(sorted(inputs, key=inputs.get), inputs, chunk_tokens or 2 * batch_tokens):
+            tree = _PrefixTree([inputs[i] for i in chunk])
+            scored = _score_tree(lm, tree, [encodings[i].ids for i in chunk], [targets[i] for i in chunk],
+                                 batch_tokens)
+            logprobs.update(zip(chunk, scored))
+            bar.update(sum(len(encodings[i].ids) for i in chunk))
     bar.close()
     results = [TokenLogprobs(ids=[enc.ids[p] for p in positions], offsets=[enc.offsets[p] for p in positions],
                              logprobs=logprobs[i], truncated=enc.truncated,
@@ -179,63 +187,154 @@ def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[i
     return [results[index[key]] for key in zip(texts, score_from)]
 
 
-def _context_batches(groups: dict, encodings: list[Encoding], targets: list[list[int]],
-                     batch_tokens: int) -> list[list[tuple[int, ...]]]:
-    """Contexts, longest first, cut so that (texts in the batch) × (longest context + longest rest) stays
-    under the token budget: that bounds both the copied KV cache and the attention of the second pass."""
-    def rest(i: int) -> int:
-        return targets[i][-1] - targets[i][0]  # tokens run after the context (the last one is never input)
+def _prefix_chunks(order: list[int], inputs: dict[int, tuple], budget: int) -> list[list[int]]:
+    """Cut texts (sorted, so alike texts are neighbours) into chunks of about `budget` distinct tokens."""
+    chunks, current, size, previous = [], [], 0, ()
+    for i in order:
+        seq = inputs[i]
+        common = next((k for k, (a, b) in enumerate(zip(seq, previous)) if a != b), min(len(seq), len(previous)))
+        new = len(seq) - common
+        if current and size + new > budget:
+            chunks.append(current)
+            current, size, new = [], 0, len(seq)
+        current.append(i)
+        size += new
+        previous = seq
+    if current:
+        chunks.append(current)
+    return chunks
 
-    order = sorted(groups, key=lambda c: -len(c))
-    batches, current, n_texts, longest_rest = [], [], 0, 0
-    for context in order:
-        members = groups[context]
-        new_rest = max([longest_rest, *(rest(i) for i in members)])
-        width = len(current[0] if current else context) + new_rest
-        if current and (n_texts + len(members)) * width > batch_tokens:
+
+class _PrefixTree:
+    """Token sequences merged into a tree: one node per distinct prefix (node 0 is the empty root).
+
+    `paths[k]` lists the nodes of sequence k (node of its token j at index j). The tree is cut into
+    segments, chains of nodes without branches; a segment is run as one piece, after its parent."""
+
+    def __init__(self, sequences: list[tuple[int, ...]]):
+        self.parent, self.token, self.children = [-1], [0], [{}]
+        self.paths = []
+        for seq in sequences:
+            node, path = 0, []
+            for token in seq:
+                child = self.children[node].get(token)
+                if child is None:
+                    child = len(self.parent)
+                    self.parent.append(node)
+                    self.token.append(token)
+                    self.children.append({})
+                    self.children[node][token] = child
+                node = child
+                path.append(node)
+            self.paths.append(path)
+        self.levels = self._segments()
+
+    def _segments(self) -> list[list[list[int]]]:
+        """Segments (lists of nodes) grouped by depth in the segment tree: level 0 starts at the root."""
+        levels, frontier = [], list(self.children[0].values())
+        while frontier:
+            level, next_frontier = [], []
+            for node in frontier:
+                segment = [node]
+                while len(self.children[segment[-1]]) == 1:
+                    segment.append(next(iter(self.children[segment[-1]].values())))
+                level.append(segment)
+                next_frontier += self.children[segment[-1]].values()
+            levels.append(level)
+            frontier = next_frontier
+        return levels
+
+    def past(self, node: int) -> list[int]:
+        """The nodes before `node`, from the root's first token on."""
+        out = []
+        node = self.parent[node]
+        while node > 0:
+            out.append(node)
+            node = self.parent[node]
+        return out[::-1]
+
+
+def _score_tree(lm: LoadedModel, tree: _PrefixTree, ids: list[list[int]], targets: list[list[int]],
+                batch_tokens: int) -> list[np.ndarray]:
+    """Run the tree's segments level by level, keeping every node's keys and values (per layer, one row
+    per node; row 0, the root, is the padding row) and projecting only the needed states."""
+    needed: dict[int, list[tuple[int, int, int]]] = {}  # node -> (text, slot, token it predicts)
+    for k, positions in enumerate(targets):
+        for slot, p in enumerate(positions):
+            needed.setdefault(tree.paths[k][p - 1], []).append((k, slot, ids[k][p]))
+    out = [np.zeros(len(positions)) for positions in targets]
+    keys, values = [], []  # per layer: [nodes, kv_heads, head_dim]
+    for level in tree.levels:
+        for batch in _segment_batches(level, tree, batch_tokens):
+            hidden = _run_segments(lm, tree, batch, keys, values)
+            rows, cols, where, token_ids = [], [], [], []
+            for r, segment in enumerate(batch):
+                for c, node in enumerate(segment):
+                    for k, slot, token in needed.get(node, ()):
+                        rows.append(r)
+                        cols.append(c)
+                        where.append((k, slot))
+                        token_ids.append(token)
+            if rows:
+                states = hidden[torch.tensor(rows), torch.tensor(cols)]
+                flat = _gathered_logprobs(lm, states, torch.tensor(token_ids, device=lm.device))
+                for (k, slot), value in zip(where, flat):
+                    out[k][slot] = value
+    return out
+
+
+def _segment_batches(segments: list[list[int]], tree: _PrefixTree, batch_tokens: int) -> list[list[list[int]]]:
+    """Segments of one level, longest first, cut so that rows × (longest past + longest segment) stays
+    under the token budget (that bounds the copied KV cache and the attention) and no segment is
+    shorter than half the batch's longest (padding costs compute like real tokens)."""
+    past_len = {segment[0]: len(tree.past(segment[0])) for segment in segments}
+    order = sorted(segments, key=lambda s: (-len(s), -past_len[s[0]]))
+    batches, current, width_past, width_new = [], [], 0, 0
+    for segment in order:
+        wp, wn = max(width_past, past_len[segment[0]]), max(width_new, len(segment))
+        if current and ((len(current) + 1) * (wp + wn) > batch_tokens or 2 * len(segment) < wn):
             batches.append(current)
-            current, n_texts, new_rest = [], 0, max(rest(i) for i in members)
-        current.append(context)
-        n_texts += len(members)
-        longest_rest = new_rest
+            current, wp, wn = [], past_len[segment[0]], len(segment)
+        current.append(segment)
+        width_past, width_new = wp, wn
     if current:
         batches.append(current)
     return batches
 
 
-def _score_context_batch(lm: LoadedModel, contexts: list[tuple[int, ...]], groups: dict,
-                         encodings: list[Encoding], targets: list[list[int]]) -> dict[int, np.ndarray]:
-    """Run the contexts once (left-padded, cache kept), then every text's remaining tokens from a copy
-    of its context's cache (right-padded); project only the states that predict scored tokens."""
-    ctx = pad_batch([Encoding(list(c), []) for c in contexts], lm.pad_token_id, "left", lm.device)
-    out = lm.parts.body(**ctx, use_cache=True)
-    last_state = out.last_hidden_state[:, -1]  # predicts each text's first scored token
-    members = [(row, i) for row, context in enumerate(contexts) for i in groups[context]]
-    # Tokens each text still has to run: from its first scored token up to (not including) its last.
-    rests = [encodings[i].ids[targets[i][0]:targets[i][-1]] for _, i in members]
-    rest_states = None
-    if any(rests):
-        rows = torch.tensor([row for row, _ in members], device=lm.device)
-        cache = out.past_key_values
-        cache.batch_select_indices(rows)  # one copy of the context's cache per text
-        width = max(len(r) for r in rests)
-        ids = torch.full((len(members), max(width, 1)), lm.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for k, rest in enumerate(rests):
-            ids[k, :len(rest)] = torch.tensor(rest, dtype=torch.long)
-            mask[k, :len(rest)] = 1
-        ctx_mask = ctx["attention_mask"][rows]
-        start = ctx_mask.sum(dim=1, keepdim=True)  # each text's position after its context
-        rest_states = lm.parts.body(
-            input_ids=ids.to(lm.device), attention_mask=torch.cat([ctx_mask, mask.to(lm.device)], dim=1),
-            position_ids=start + torch.arange(ids.shape[1], device=lm.device), past_key_values=cache,
-            use_cache=True).last_hidden_state
-    states, token_ids, sizes = [], [], []
-    for k, (row, i) in enumerate(members):
-        first = targets[i][0]
-        for p in targets[i]:
-            states.append(last_state[row] if p == first else rest_states[k, p - 1 - first])
-            token_ids.append(encodings[i].ids[p])
-        sizes.append(len(targets[i]))
-    flat = _gathered_logprobs(lm, torch.stack(states), torch.tensor(token_ids, device=lm.device))
-    return dict(zip([i for _, i in members], np.split(flat, np.cumsum(sizes)[:-1])))
+def _run_segments(lm: LoadedModel, tree: _PrefixTree, batch: list[list[int]], keys: list, values: list):
+    """One forward pass over a batch of segments, each after its own past (left-padded, from the node
+    KV rows); stores the segments' new keys and values and returns their hidden states."""
+    from transformers import DynamicCache
+
+    pasts = [tree.past(segment[0]) for segment in batch]
+    width_past, width_new = max(len(p) for p in pasts), max(len(s) for s in batch)
+    past_rows = torch.zeros((len(batch), width_past), dtype=torch.long)
+    mask = torch.zeros((len(batch), width_past + width_new), dtype=torch.long)
+    input_ids = torch.full((len(batch), width_new), lm.pad_token_id, dtype=torch.long)
+    for r, (past, segment) in enumerate(zip(pasts, batch)):
+        past_rows[r, width_past - len(past):] = torch.tensor(past, dtype=torch.long)
+        mask[r, width_past - len(past):width_past + len(segment)] = 1
+        input_ids[r, :len(segment)] = torch.tensor([tree.token[n] for n in segment])
+    start = torch.tensor([[len(p)] for p in pasts])
+    cache = DynamicCache()  # plain layers: keeps every token; the mask applies sliding windows
+    if width_past:
+        index = past_rows.to(lm.device)
+        for layer, (k, v) in enumerate(zip(keys, values)):
+            cache.update(k[index].transpose(1, 2), v[index].transpose(1, 2), layer)
+    hidden = lm.parts.body(input_ids=input_ids.to(lm.device), attention_mask=mask.to(lm.device),
+                           position_ids=(start + torch.arange(width_new)).to(lm.device), past_key_values=cache,
+                           use_cache=True).last_hidden_state
+    rows = torch.tensor([r for r, s in enumerate(batch) for _ in s], device=lm.device)
+    cols = torch.tensor([c for s in batch for c in range(len(s))], device=lm.device)
+    nodes = torch.tensor([n for s in batch for n in s], device=lm.device)
+    for layer, cached in enumerate(cache.layers):
+        new_k = cached.keys[:, :, width_past:].transpose(1, 2)[rows, cols]  # [tokens, kv_heads, head_dim]
+        new_v = cached.values[:, :, width_past:].transpose(1, 2)[rows, cols]
+        if layer == len(keys):
+            n_nodes = len(tree.parent)
+            keys.append(new_k.new_zeros((n_nodes, *new_k.shape[1:])))
+            values.append(new_v.new_zeros((n_nodes, *new_v.shape[1:])))
+        keys[layer][nodes] = new_k
+        values[layer][nodes] = new_v
+    return hidden

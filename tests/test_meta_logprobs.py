@@ -1,0 +1,109 @@
+"""`shared_prefix_logprobs` (each prompt run once, its answers from the KV cache) against an independent
+plain forward pass of every full prompt+answer string, on tiny random models (Llama, Gemma-3 with
+sliding-window layers shorter than the prompts, GPT-2; with and without BOS; eager and sdpa attention)."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from babelprobe.benchmarks.logprobs import shared_prefix_logprobs, token_logprobs
+from babelprobe.models import wrap_model
+from tests.tiny import tiny_config, tiny_lm, tiny_tokenizer
+
+PROMPTS = ['Which concept has the property: "can bark", "dog" or "cat"? Answer: "',
+           'Which concept has the property: "can climb trees", "Katze" or "Hund"? Answer: "',
+           '哪个概念最有可能具有以下属性："会爬树"，"猫"还是"狗"？答案："',
+           "A"]
+ANSWERS = ['dog"', 'Katze"', "Hund", '猫"', "x", " can bark."]
+
+
+def requests():
+    """Every prompt with every answer (shared contexts), plus whole texts and a text given twice."""
+    texts = [p + a for p in PROMPTS for a in ANSWERS] + ["A dog can bark.", "A dog can bark."]
+    starts = [len(p) for p in PROMPTS for _ in ANSWERS] + [0, 0]
+    return texts, starts
+
+
+def reference(lm, text, start):
+    """log p of the tokens ending after `start`, from the model's own forward pass over the whole
+    unpadded text (HF logits, float64 log-softmax): no cache, no batching, no gathering."""
+    enc = lm.encode([text])[0]
+    with torch.no_grad():
+        logits = lm.model(input_ids=torch.tensor([enc.ids])).logits[0].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    return np.array([logp[p - 1, enc.ids[p]].item() for p in range(1, len(enc.ids)) if enc.offsets[p][1] > start])
+
+
+def gemma_mixed(attn: str):
+    """A tiny Gemma-3 whose layers are sliding (window 4, shorter than every prompt), full, sliding."""
+    tokenizer = tiny_tokenizer()
+    config = tiny_config("gemma3", len(tokenizer))
+    config.layer_types = ["sliding_attention", "full_attention", "sliding_attention"]
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn)
+    return wrap_model(model, tokenizer, name=f"tiny-gemma3-mixed-{attn}")
+
+
+MODELS = {"llama": lambda: tiny_lm("llama"), "gemma3": lambda: tiny_lm("gemma3"), "gpt2": lambda: tiny_lm("gpt2"),
+          "llama-nobos": lambda: tiny_lm("llama", bos=False), "gemma3-mixed-eager": lambda: gemma_mixed("eager"),
+          "gemma3-mixed-sdpa": lambda: gemma_mixed("sdpa")}
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_matches_plain_forward_pass(name):
+    lm = MODELS[name]()
+    texts, starts = requests()
+    expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
+    # one big batch; many small batches and chunks (a node's past then comes from earlier batches)
+    for options in ({"batch_tokens": 4096}, {"batch_tokens": 60, "chunk_tokens": 50}):
+        scored = shared_prefix_logprobs(lm, texts, starts, progress=False, **options)
+        for text, start, s, e in zip(texts, starts, scored, expected):
+            assert s.n_tokens == len(e) > 0
+            np.testing.assert_allclose(s.logprobs, e, atol=2e-5, err_msg=f"{name} {options}: {text!r} from {start}")
+
+
+def test_same_tokens_and_flags_as_the_core(tiny):
+    texts, starts = requests()
+    texts.append("Ein Hund kann bellen.")
+    enc = tiny.encode([texts[-1]])[0]
+    starts.append(next(s for s, e in enc.offsets[1:] if e - s > 2) + 1)  # inside a token: spans the join
+    shared = shared_prefix_logprobs(tiny, texts, starts, progress=False)
+    core = token_logprobs(tiny, texts, starts, progress=False)
+    assert shared[-1].spans_join
+    for a, b in zip(shared, core):
+        assert (a.ids, a.offsets, a.spans_join, a.truncated) == (b.ids, b.offsets, b.spans_join, b.truncated)
+        np.testing.assert_allclose(a.logprobs, b.logprobs, atol=2e-5)
+
+
+def test_every_distinct_prefix_is_run_once(tiny, monkeypatch):
+    """The body sees each distinct token prefix of the texts once: the prompts' common opening once,
+    each prompt once for all its answers."""
+    texts, starts = requests()
+    run = []
+    body = tiny.parts.body
+
+    def counting_body(**kw):
+        width = kw["input_ids"].shape[1]
+        run.append(int(kw["attention_mask"][:, -width:].sum()))  # real (unpadded) new tokens
+        return body(**kw)
+
+    monkeypatch.setattr(tiny.parts, "body", counting_body)
+    shared_prefix_logprobs(tiny, texts, starts, progress=False)
+    prefixes = set()
+    for text, start in set(zip(texts, starts)):
+        enc = tiny.encode([text])[0]
+        last = max(p for p in range(1, len(enc.ids)) if enc.offsets[p][1] > start)
+        prefixes |= {tuple(enc.ids[:j]) for j in range(1, last + 1)}  # inputs: up to the last scored token
+    assert sum(run) == len(prefixes)
+    assert sum(run) < sum(len(tiny.encode([t])[0].ids) for t in set(texts)) / 2  # far fewer than unshared
+
+
+def test_nothing_to_score_and_truncation():
+    lm = tiny_lm("llama", max_positions=12)
+    long = PROMPTS[0] + 'dog"'
+    scored = shared_prefix_logprobs(lm, ["A dog", long, "A dog can bark."], [5, len(PROMPTS[0]), 2],
+                                    truncate=True, progress=False)
+    assert scored[0].n_tokens == 0 and not scored[0].spans_join  # empty continuation
+    assert scored[1].truncated and scored[1].n_tokens == 0  # the answer was cut off
+    np.testing.assert_allclose(scored[2].logprobs, reference(lm, "A dog can bark.", 2), atol=2e-5)
