@@ -1,0 +1,176 @@
+"""`compare`: meta, direct and neuro on exactly the same minimal pairs, joined item by item (XCOMPS).
+
+    result = compare("default", "xcomps-sample", "cmp/")
+    result.items        # one row per pair: meta_*, direct_*, neuro_* score_good / score_bad / correct
+    result.summary      # language × subset × method: accuracy (and neuro F1) with 95% intervals
+    result.layers       # the probe's per-layer table (neuro F1 by layer, with intervals)
+    result.correlations # Pearson / Spearman between methods across language × subset cells
+    result.agreement    # per-pair agreement counts and Cohen's kappa between methods
+
+The output directory holds each stage's own result (`direct.csv`, `meta.csv`, `acts/`, `neuro.csv` and
+its side tables) and `compare.json`, which records the model fingerprint, the item-set hash and each
+stage's settings. A rerun reuses every stage whose settings are unchanged (a second run only loads and
+joins); a directory or store made with another model or item set is refused unless `overwrite`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from babelprobe.analysis import methods
+from babelprobe.benchmarks.direct import score_direct
+from babelprobe.benchmarks.meta import score_meta
+from babelprobe.benchmarks.neuro import neuro_pairs
+from babelprobe.errors import BabelprobeError
+from babelprobe.items import items_hash, load_items
+from babelprobe.models import LoadedModel, load_model
+from babelprobe.tables import atomic_path, read_table, write_table
+
+MANIFEST = "compare.json"
+OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
+           "correlations": "correlations.csv", "agreement": "agreement.csv"}
+
+
+@dataclass
+class CompareResult:
+    items: pd.DataFrame
+    summary: pd.DataFrame
+    layers: pd.DataFrame
+    correlations: pd.DataFrame
+    agreement: pd.DataFrame
+    per_method: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+
+    def write(self, out: str | Path) -> None:
+        for name, file in OUTPUTS.items():
+            write_table(getattr(self, name), Path(out) / file)
+
+    @classmethod
+    def read(cls, out: str | Path) -> CompareResult:
+        out = Path(out)
+        missing = [f for f in OUTPUTS.values() if not (out / f).exists()]
+        if missing:
+            raise BabelprobeError(f"{out} is not a finished compare directory (no {missing[0]}); run "
+                                  "`babelprobe compare` into it first")
+        return cls(**{name: read_table(out / file) for name, file in OUTPUTS.items()})
+
+
+def compare(model: LoadedModel | str, items: pd.DataFrame | str, out: str | Path, *, layer: int | str = "peak",
+            rule: str = "sum", reduction: str = "sum", folds: int = 5, seed: int = 0, pool: str = "last",
+            backend: str = "hf", acts: str | Path | None = None, batch_tokens: int = 4096,
+            source: dict | None = None, overwrite: bool = False, progress: bool = True) -> CompareResult:
+    """Run (or reuse) direct, meta, extraction and probes on the same items and join them per pair."""
+    out = Path(out)
+    if isinstance(items, str):
+        source = source or {"source": items}
+    items = load_items(items)
+    lm = load_model(model) if isinstance(model, str) else model
+    state = _open_manifest(out, lm, items, overwrite)
+    acts = Path(acts) if acts is not None else out / "acts"
+
+    def stage(name: str, settings: dict, run, path: Path, read):
+        if state["stages"].get(name) == settings and path.exists():
+            return read(path)
+        result = run()
+        state["stages"][name] = settings
+        _save_manifest(out, state)
+        return result
+
+    options = dict(batch_tokens=batch_tokens, progress=progress)
+    direct = stage("direct", {"reduction": reduction},
+                   lambda: _written(score_direct(lm, items, reduction=reduction, **options), out / "direct.csv"),
+                   out / "direct.csv", read_table)
+    meta = stage("meta", {"rule": rule, "reduction": reduction},
+                 lambda: _written(score_meta(lm, items, rule=rule, reduction=reduction, **options), out / "meta.csv"),
+                 out / "meta.csv", read_table)
+    store_digest = _ensure_store(lm, items, acts, overwrite, pool=pool, backend=backend, source=source,
+                                 progress=progress)
+    from babelprobe.probes import ProbeResult, sweep
+
+    probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, "folds": folds, "seed": seed,
+                      "pool": pool}
+    probe = stage("neuro", probe_settings,
+                  lambda: _probe_written(sweep(acts, folds=folds, seed=seed, pool=pool, items=items,
+                                               progress=progress), out / "neuro.csv"),
+                  out / "neuro.csv", ProbeResult.read)
+    neuro = neuro_pairs(probe, layer, items)
+    per_method = {"meta": meta, "direct": direct, "neuro": neuro}
+    summary = methods.summarize(per_method, probe.table)
+    joined = methods.join_pairs({"direct": direct, "meta": meta, "neuro": neuro})
+    result = CompareResult(items=joined, summary=summary, layers=probe.table,
+                           correlations=methods.correlations(summary), agreement=methods.agreement(joined),
+                           per_method=per_method)
+    result.write(out)
+    return result
+
+
+def compare_models(base: str | Path, other: str | Path) -> pd.DataFrame:
+    """`other − base` per language × subset × method × metric of two compare directories (e.g. the
+    paper's instruct − base), with paired bootstrap intervals for accuracy differences."""
+    a, b = CompareResult.read(base), CompareResult.read(other)
+    return methods.difference(a.summary, b.summary, a.items, b.items)
+
+
+# -------------------------------------------------------------------------------------- stage helpers
+
+def _written(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    write_table(frame, path)
+    return frame
+
+
+def _probe_written(result, path: Path):
+    result.write(path)
+    return result
+
+
+def _ensure_store(lm: LoadedModel, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:
+    """Reuse a complete store of this model and item set, resume an incomplete one, refuse another's
+    (unless `overwrite`). Returns a digest of the store's shard checksums, so probes redo if it changes."""
+    from babelprobe.extract import extract, open_store
+
+    if (acts / "manifest.json").exists():
+        store = open_store(acts, allow_incomplete=True)
+        mismatch = store.fingerprint != lm.fingerprint or store.items_hash != items_hash(items)
+        if mismatch and not overwrite:
+            what = "model" if store.fingerprint != lm.fingerprint else "item set"
+            raise BabelprobeError(f"activation store {acts} was made with another {what} than the one being "
+                                  "compared; point --acts elsewhere or pass --overwrite")
+        if not mismatch and store.manifest.get("complete"):
+            return _digest(store.manifest)
+    extract(lm, items, acts, overwrite=overwrite, **options)
+    return _digest(open_store(acts).manifest)
+
+
+def _digest(manifest: dict) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(manifest.get("shards"), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _open_manifest(out: Path, lm: LoadedModel, items: pd.DataFrame, overwrite: bool) -> dict:
+    identity = {"model": lm.name, "fingerprint": lm.fingerprint, "items_hash": items_hash(items)}
+    path = out / MANIFEST
+    if path.exists():
+        state = json.loads(path.read_text(encoding="utf-8"))
+        same = all(state.get(k) == v for k, v in identity.items() if k != "model")
+        if same:
+            return state
+        if not overwrite:
+            raise BabelprobeError(f"{out} holds a comparison of another model or item set "
+                                  f"({state.get('model')}, items {state.get('items_hash')}); "
+                                  "use another --out or pass --overwrite")
+        for name in ("direct.csv", "meta.csv", "acts", *OUTPUTS.values()):
+            target = out / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+    state = {**identity, "stages": {}}
+    _save_manifest(out, state)
+    return state
+
+
+def _save_manifest(out: Path, state: dict) -> None:
+    with atomic_path(out / MANIFEST) as tmp:
+        tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")

@@ -1,0 +1,88 @@
+"""`babelprobe compare`: meta, direct and neuro on the same minimal pairs, joined per pair.
+
+    babelprobe compare --model default --items xcomps-sample --out cmp/
+    babelprobe compare --diff cmp-base/ cmp-instruct/ --out diff/      # instruct − base
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from babelprobe.cli.common import add_items_options, add_model_options, items_from, model_from
+from babelprobe.errors import BabelprobeError
+from babelprobe.tables import write_table
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("compare", help="meta + direct + neuro on the same items, joined per pair",
+                            description=__doc__, formatter_class=_raw())
+    add_model_options(parser)
+    add_items_options(parser)
+    parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--layer", default="peak",
+                        help="neuro layer per pair: 'peak' (each group's best layer, default) or a number")
+    parser.add_argument("--rule", choices=("sum", "both", "first"), default="sum",
+                        help="meta: how the two option orders decide a pair (see `score meta --help`)")
+    parser.add_argument("--reduction", default="sum", help="meta and direct score reduction (default sum)")
+    parser.add_argument("--folds", type=int, default=5, help="probe cross-validation folds (default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="probe fold and bootstrap seed")
+    parser.add_argument("--acts", metavar="DIR", help="activation store to use or create (default OUT/acts)")
+    parser.add_argument("--backend", default="hf", help="extraction backend if a store must be made")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="token budget per batch")
+    parser.add_argument("--overwrite", action="store_true", help="replace results of another model or item set")
+    parser.add_argument("--diff", nargs=2, metavar=("BASE", "OTHER"),
+                        help="instead of running: difference OTHER − BASE of two compare directories")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(func=run)
+
+
+def _raw():
+    import argparse
+
+    return argparse.RawDescriptionHelpFormatter
+
+
+def run(args) -> int:
+    if args.diff:
+        return _run_diff(args)
+    from babelprobe.benchmarks.compare import compare
+
+    items = items_from(args)
+    source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit}
+    result = compare(model_from(args), items, args.out, layer=args.layer, rule=args.rule, reduction=args.reduction,
+                     folds=args.folds, seed=args.seed, acts=args.acts, backend=args.backend,
+                     batch_tokens=args.batch_tokens, source=source, overwrite=args.overwrite,
+                     progress=not args.no_progress)
+    print(_summary_text(result))
+    print(f"wrote items.csv ({len(result.items)} pairs), summary.csv, layers.csv, correlations.csv, "
+          f"agreement.csv to {args.out}")
+    return 0
+
+
+def _summary_text(result) -> str:
+    from babelprobe.analysis.methods import primary
+
+    main = primary(result.summary)
+    by_language = main.pivot_table(index="language", columns="method", values="value")
+    by_subset = main.pivot_table(index="subset", columns="method", values="value")
+    fmt = lambda v: f"{v:.3f}"  # noqa: E731
+    corr = result.correlations[["method_a", "method_b", "n_cells", "pearson_r", "pearson_low", "pearson_high",
+                                "spearman_rho"]]
+    return ("meta and direct: pair accuracy; neuro: probe F1 at each group's layer (mean over subsets)\n"
+            f"{by_language.to_string(float_format=fmt)}\n\n{by_subset.to_string(float_format=fmt)}\n\n"
+            f"correlation across language × subset cells:\n{corr.to_string(index=False, float_format=fmt)}")
+
+
+def _run_diff(args) -> int:
+    from babelprobe.benchmarks.compare import compare_models
+
+    base, other = args.diff
+    for path in (base, other):
+        if not Path(path).is_dir():
+            raise BabelprobeError(f"--diff: {path} is not a directory")
+    diff = compare_models(base, other)
+    write_table(diff, Path(args.out) / "difference.csv")
+    table = diff.pivot_table(index="language", columns=["method", "metric"], values="difference")
+    print(f"{other} − {base} (mean over subsets):\n{table.to_string(float_format=lambda v: f'{v:+.3f}')}")
+    print(f"wrote {Path(args.out) / 'difference.csv'}")
+    return 0
