@@ -1,0 +1,606 @@
+"""Cross-Lingual Pitfalls (Xu et al., ACL 2025): questions a model answers in English but not in the
+target language, evaluated by likelihood.
+
+**Data.** `load_pitfalls(source, languages)` reads the released bilingual questions: a directory of
+`<Language>.json` files (e.g. `Chinese.json`; `<Language>_results.json` holds the paper's per-model
+counts, `source/` the English seed questions) or one such file. Every question has four variants:
+
+    English, original     oriquestion,   choices,      answer
+    English, perturbed    question,      choices,      answer        (prequestion + oriquestion + sufquestion)
+    target,  original     transori,      transchoices, transanswer
+    target,  perturbed    transquestion, transchoices, transanswer
+
+Languages are named like the files (`Chinese`) or by ISO 639-1 code (`zh`); rows carry the code in
+`language` and the name in `language_name`. Missing fields, an answer not among its choices and an
+unknown language are one-line errors naming the record or listing what is available.
+
+**Evaluation.** Likelihood multiple choice: the prompt is the paper's simulation instruction in the
+question's language (data/prompts/pitfalls.tsv), the question, its choices one per line and an answer
+label; each choice is scored as a continuation of the prompt (`choices.option_scores`, the prompt run
+once with every choice from its KV cache) and reduced per UTF-8 byte by default (choices differ in
+length); the best-scoring choice is the answer. One row per question × variant.
+
+**Metrics.** Accuracy per language × version (× category) with Wilson intervals; the drop English →
+target on the same questions with a paired bootstrap interval; `en_only`, the share of questions
+answered right in English and wrong in the target language (the paper's cross-lingual weakness).
+`simulation_score(en, target)` is the paper's V = (mean English accuracy)^γ − mean target accuracy
+(§2.3, γ = 2); the beam-search weakness finder that uses it is in `pitfalls_search`.
+
+**Figure.** As the paper's: per target language, English vs target accuracy on the perturbed
+questions for the paper's models (`<Language>_results.json`) and for this model (also on the
+original questions).
+
+**Runs** (`babelprobe bench pitfalls`) are resumable: each language's rows are rewritten atomically
+to `OUT/parts/<Language>.csv` after every chunk of questions, and a rerun with the same model skips
+the questions already there.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from babelprobe.analysis.summary import wilson
+from babelprobe.benchmarks.choices import option_scores
+from babelprobe.benchmarks.direct import REDUCTIONS
+from babelprobe.errors import BabelprobeError
+from babelprobe.items import DATA, separator
+from babelprobe.models import LoadedModel, load_model
+
+FIELDS = ("question", "choices", "answer", "oriquestion", "transori", "transquestion", "transchoices",
+          "transanswer", "category", "source")
+KEPT = ("prequestion", "sufquestion", "transpre", "transsuf", "value", "rate_ori", "rate_trans")
+VARIANTS = {  # (side, version): (question field, choices field, answer field)
+    ("en", "original"): ("oriquestion", "choices", "answer"),
+    ("en", "perturbed"): ("question", "choices", "answer"),
+    ("target", "original"): ("transori", "transchoices", "transanswer"),
+    ("target", "perturbed"): ("transquestion", "transchoices", "transanswer"),
+}
+BOOTSTRAP = 2000
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+def available_languages(source: str | Path) -> dict[str, Path]:
+    """Language name -> question file, for a Pitfalls directory or a single `<Language>.json`."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise BabelprobeError(f"Cross-Lingual Pitfalls data {source!r} does not exist; pass the directory with "
+                              "<Language>.json files (e.g. Chinese.json) or one such file")
+    if path.is_file():
+        return {path.stem: path}
+    # <Language>_results.json and files not named after a language (run.json) are not question files
+    found = {p.stem: p for p in sorted(path.glob("*.json")) if p.stem.lower() in _codes_by_name()}
+    if not found:
+        raise BabelprobeError(f"{source}: no <Language>.json question files")
+    return found
+
+
+def language_code(name: str) -> str:
+    """ISO 639-1 code of a language named in English ('Chinese' -> 'zh')."""
+    codes = _codes_by_name()
+    if name.lower() not in codes:
+        raise BabelprobeError(f"cannot map language {name!r} to an ISO 639-1 code; name files after the "
+                              "language's English name (Chinese.json, French.json, ...)")
+    return codes[name.lower()]
+
+
+@cache
+def _codes_by_name() -> dict[str, str]:
+    table = pd.read_csv(Path(str(DATA / "iso639_1.csv")), keep_default_na=False)
+    codes = {}
+    for code, names in zip(table["code"], table["name"], strict=True):
+        for name in str(names).replace(",", ";").split(";"):
+            codes.setdefault(name.strip().lower(), code)
+    return codes
+
+
+def select_languages(source: str | Path, languages: list[str] | None = None) -> dict[str, Path]:
+    """The requested languages (names or ISO codes, any case) -> their files; all when None."""
+    found = available_languages(source)
+    if not languages:
+        return found
+    by_key = {name.lower(): name for name in found}
+    by_key.update({language_code(name): name for name in found if name.lower() in _codes_by_name()})
+    chosen = {}
+    for wanted in languages:
+        name = by_key.get(wanted.lower())
+        if name is None:
+            raise BabelprobeError(f"{source}: no Cross-Lingual Pitfalls language {wanted!r}; available: "
+                                  f"{', '.join(found)}")
+        chosen[name] = found[name]
+    return chosen
+
+
+def load_pitfalls(source: str | Path, languages: list[str] | None = None, limit: int | None = None) -> pd.DataFrame:
+    """Questions, one row per bilingual question: `question_id` (Language-index), `language_name`,
+    `language` (ISO code), the released fields and `answer_index`/`transanswer_index`. `limit` keeps
+    the first N questions of each language."""
+    frames = [_read_language(name, path, limit) for name, path in select_languages(source, languages).items()]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _read_language(name: str, path: Path, limit: int | None) -> pd.DataFrame:
+    try:
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise BabelprobeError(f"{path}:{err.lineno}: malformed JSON ({err.msg})") from err
+    except (OSError, UnicodeDecodeError) as err:
+        raise BabelprobeError(f"{path}: cannot read ({err})") from err
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise BabelprobeError(f"{path}: expected a list of question objects")
+    code = language_code(name)
+    rows = []
+    for i, record in enumerate(records[:limit] if limit is not None else records):
+        rows.append(_check_record(record, f"{path}: record {i + 1}", f"{name}-{i:04d}", name, code))
+    if not rows:
+        raise BabelprobeError(f"{path}: no questions")
+    return pd.DataFrame(rows)
+
+
+def _check_record(record: dict, at: str, question_id: str, name: str, code: str) -> dict:
+    for field in FIELDS:
+        value = record.get(field)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise BabelprobeError(f"{at}: missing field {field!r}")
+    for choices, answer in (("choices", "answer"), ("transchoices", "transanswer")):
+        if not isinstance(record[choices], list) or len(record[choices]) < 2:
+            raise BabelprobeError(f"{at}: {choices!r} must be a list of at least two choices")
+        if record[answer] not in record[choices]:
+            raise BabelprobeError(f"{at}: {answer} {record[answer]!r} is not among its {choices} {record[choices]!r}")
+    row = {"question_id": question_id, "language_name": name, "language": code,
+           **{field: record[field] for field in FIELDS}, **{field: record.get(field) for field in KEPT}}
+    row["answer_index"] = record["choices"].index(record["answer"])
+    row["transanswer_index"] = record["transchoices"].index(record["transanswer"])
+    return row
+
+
+def load_paper_results(source: str | Path, name: str) -> pd.DataFrame | None:
+    """The paper's results for one language (`<Language>_results.json`): per model, the accuracy on the
+    perturbed questions in English and in the target language; None when the file is absent."""
+    source = Path(source).expanduser()
+    path = (source if source.is_dir() else source.parent) / f"{name}_results.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        total = float(data["Total Questions"])
+        return pd.DataFrame({"model": list(data["English"]),
+                             "en_accuracy": [data["English"][m] / total for m in data["English"]],
+                             "target_accuracy": [data[name].get(m, math.nan) / total for m in data["English"]],
+                             "n": int(total)})
+    except (json.JSONDecodeError, KeyError, TypeError, ZeroDivisionError) as err:
+        raise BabelprobeError(f"{path}: not a Cross-Lingual Pitfalls results file ({err!r})") from err
+
+
+# --------------------------------------------------------------------------------------------- prompts
+
+def load_prompts(path: str | Path | None = None) -> pd.DataFrame:
+    """Instruction and answer label per language, indexed by ISO code (default: the paper's simulation
+    instructions, data/prompts/pitfalls.tsv)."""
+    path = Path(path) if path else Path(str(DATA / "prompts" / "pitfalls.tsv"))
+    try:
+        table = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=3)
+    except (OSError, pd.errors.ParserError) as err:
+        raise BabelprobeError(f"{path}: cannot read the prompt table ({err})") from err
+    for column in ("code", "instruction", "answer"):
+        if column not in table.columns:
+            raise BabelprobeError(f"{path}: missing column {column!r} (need language, code, instruction, answer)")
+    return table.set_index("code")
+
+
+def format_prompt(question: str, choices: list[str], language: str, prompts: pd.DataFrame) -> tuple[str, list[str]]:
+    """(prompt, options): the instruction, question, choices one per line and the answer label; each
+    option is a choice preceded by the language's word separator (a space, none in Chinese/Japanese)."""
+    if language not in prompts.index:
+        raise BabelprobeError(f"no Cross-Lingual Pitfalls prompt for language {language!r}; add a line to the "
+                              f"prompt table (have: {', '.join(prompts.index)})")
+    line = prompts.loc[language]
+    listed = "\n".join(f"- {choice}" for choice in choices)
+    prompt = f"{line['instruction']}\n{question}\n{listed}\n{line['answer']}"
+    return prompt, [separator(language) + choice for choice in choices]
+
+
+def build_requests(questions: pd.DataFrame, prompts: pd.DataFrame | None = None,
+                   variants: tuple[tuple[str, str], ...] = tuple(VARIANTS)) -> pd.DataFrame:
+    """One row per question × variant (English/target × original/perturbed) with prompt, options and gold."""
+    prompts = load_prompts() if prompts is None else prompts
+    rows = []
+    for q in questions.to_dict("records"):
+        for side, version in variants:
+            question, choices, answer = VARIANTS[(side, version)]
+            language = "en" if side == "en" else q["language"]
+            prompt, options = format_prompt(q[question], q[choices], language, prompts)
+            rows.append({"item_id": f"{q['question_id']}-{side}-{version}", "pair_id": q["question_id"],
+                         "language": language, "language_name": "English" if side == "en" else q["language_name"],
+                         "subset": q["category"], "side": side, "version": version, "target": q["language"],
+                         "target_name": q["language_name"], "source": q["source"], "question": q[question],
+                         "prompt": prompt,
+                         "options": options, "gold": q[choices].index(q[answer])})
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------- scoring
+
+def score_pitfalls(model: LoadedModel | str, questions: pd.DataFrame, reduction: str = "per_byte",
+                   prompts: pd.DataFrame | None = None, batch_tokens: int = 4096, progress: bool = True,
+                   share_prefix: bool = True, variants: tuple[tuple[str, str], ...] = tuple(VARIANTS),
+                   memo: dict | None = None) -> pd.DataFrame:
+    """Answer every variant of every question by likelihood; one row per question × variant with the
+    choice scores, the chosen and gold index and `correct` (method 'likelihood'). `memo` (a dict kept
+    across calls) holds the scores of prompts already asked: the released sets repeat their original
+    questions, so each distinct prompt is scored once."""
+    if reduction not in REDUCTIONS:
+        raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
+    lm = load_model(model) if isinstance(model, str) else model
+    requests = build_requests(questions, prompts, variants)
+    memo = {} if memo is None else memo
+    keys = [(p, tuple(o)) for p, o in zip(requests["prompt"], requests["options"], strict=True)]
+    new = list(dict.fromkeys(k for k in keys if k not in memo))
+    if new:
+        fresh = option_scores(lm, [p for p, _ in new], [list(o) for _, o in new], reduction=reduction,
+                              share_prefix=share_prefix, batch_tokens=batch_tokens, progress=progress)
+        memo.update(zip(new, fresh, strict=True))
+    scores = [memo[k] for k in keys]
+    rows = requests.drop(columns=["prompt", "options"])
+    rows.insert(4, "method", "likelihood")
+    rows["n_choices"] = [len(o) for o in requests["options"]]
+    rows["predicted"] = [int(np.argmax(s)) for s in scores]
+    rows["correct"] = rows["predicted"] == rows["gold"]
+    rows["scores"] = [json.dumps([round(float(x), 6) for x in s]) for s in scores]
+    rows["reduction"] = reduction
+    rows["model"] = lm.name
+    rows["fingerprint"] = lm.fingerprint
+    return rows
+
+
+# --------------------------------------------------------------------------------------------- metrics
+
+def simulation_score(en_accuracy, target_accuracy, gamma: float = 2.0):
+    """The paper's simulation score V = (mean English accuracy over the simulation models)^γ − (mean
+    target accuracy), γ = 2 (§2.3): high only when English is (nearly) always right and the target
+    language wrong; γ > 1 punishes English mistakes more than the target accuracy rewards."""
+    return np.asarray(en_accuracy, float) ** gamma - np.asarray(target_accuracy, float)
+
+
+def question_scores(rows: pd.DataFrame, gamma: float = 2.0) -> pd.DataFrame:
+    """Per question × version: β^E and β^T, the mean correctness over the models in `rows` (the
+    `score_pitfalls` tables of several models, concatenated; told apart by `model`), and V."""
+    wide = pd.concat([paired(part).assign(model=name) for name, part in rows.groupby("model", sort=False)])
+    keys = ["target", "target_name", "pair_id", "subset", "version"]
+    out = wide.groupby(keys, sort=False).agg(models=("model", "nunique"), en_accuracy=("en_correct", "mean"),
+                                             target_accuracy=("target_correct", "mean")).reset_index()
+    out["value"] = simulation_score(out["en_accuracy"], out["target_accuracy"], gamma)
+    return out
+
+
+def paired(rows: pd.DataFrame) -> pd.DataFrame:
+    """English and target correctness side by side: one row per question × version."""
+    wide = rows.pivot_table(index=["target", "target_name", "pair_id", "subset", "version"], columns="side",
+                            values="correct", aggfunc="first")
+    wide = wide.rename(columns={"en": "en_correct", "target": "target_correct"}).reset_index()
+    wide.columns.name = None
+    if "question" in rows.columns:  # the English question text: released sets repeat originals
+        english = rows[rows["side"] == "en"].set_index(["pair_id", "version"])["question"]
+        wide["question"] = [english.get((p, v)) for p, v in zip(wide["pair_id"], wide["version"], strict=True)]
+    missing = wide.reindex(columns=["en_correct", "target_correct"]).isna().any(axis=1)
+    if missing.any():
+        raise BabelprobeError(f"question {wide.loc[missing, 'pair_id'].iloc[0]} lacks its English or target row")
+    return wide.astype({"en_correct": bool, "target_correct": bool})
+
+
+def pitfalls_summary(rows: pd.DataFrame, by_category: bool = True, seed: int = 0) -> pd.DataFrame:
+    """Per target language × version (× category, and 'all'): n questions (n_unique distinct English
+    texts: the released sets hold several perturbations of one original), English and target accuracy
+    (Wilson 95%), drop = English − target (paired bootstrap 95%) and en_only = right in English, wrong
+    in the target language."""
+    wide = paired(rows)
+    groups = [("all", wide)]
+    if by_category:
+        groups += [(category, part) for category, part in wide.groupby("subset", sort=True)]
+    out = []
+    rng = np.random.default_rng(seed)
+    for category, part in groups:
+        for (target, name, version), g in part.groupby(["target", "target_name", "version"], sort=False):
+            en, tg = g["en_correct"].to_numpy(), g["target_correct"].to_numpy()
+            row = {"target": target, "target_name": name, "version": version, "subset": category, "n": len(g),
+                   "n_unique": g["question"].nunique() if "question" in g else np.nan}
+            for side, values in (("en", en), ("target", tg)):
+                low, high = wilson(values.sum(), len(values))
+                row.update({f"{side}_accuracy": values.mean(), f"{side}_ci_low": low, f"{side}_ci_high": high})
+            row["drop"] = en.mean() - tg.mean()
+            row["drop_ci_low"], row["drop_ci_high"] = _paired_bootstrap(en, tg, rng)
+            row["en_only"] = float(np.mean(en & ~tg))
+            out.append(row)
+    return pd.DataFrame(out)
+
+
+def _paired_bootstrap(en: np.ndarray, target: np.ndarray, rng) -> tuple[float, float]:
+    """Percentile interval of mean(en) − mean(target), resampling questions (keeps the pairing)."""
+    diff = en.astype(float) - target.astype(float)
+    samples = rng.choice(diff, size=(BOOTSTRAP, len(diff))).mean(axis=1)
+    low, high = np.percentile(samples, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def weakness_transfer(accuracy: pd.DataFrame) -> pd.DataFrame:
+    """r(x → y) = (A[x, en] − A[x, y]) / (A[x, en] − A[x, x]): the share of language x's English →
+    x accuracy drop on x's weakness questions that language y shows too (1 = y fails them as x does,
+    0 = y does as well as English). `accuracy` has one row per question set x (index: languages) and
+    one column per evaluation language y, including 'en' and every x. NaN where x has no drop."""
+    missing = [c for c in ["en", *accuracy.index] if c not in accuracy.columns]
+    if missing:
+        raise BabelprobeError(f"the accuracy table needs a column for {', '.join(missing)} "
+                              "(each question set evaluated in English and in every language)")
+    english = accuracy["en"].to_numpy(float)[:, None]
+    own = np.array([accuracy.at[x, x] for x in accuracy.index], float)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = (english - accuracy[list(accuracy.index)].to_numpy(float)) / (english - own)
+    return pd.DataFrame(r, index=accuracy.index, columns=accuracy.index)
+
+
+def relative_affinity(accuracy: pd.DataFrame, c: float = -1.0) -> pd.DataFrame:
+    """Relative Affinity Score D(x, y), symmetric, 1 on the diagonal: the power mean with exponent c of
+    the two directions of `weakness_transfer` (clipped to [0, 1]); c = −1, the default, is the
+    harmonic mean, so two languages are close only if each fails much of the other's weakness set.
+
+    NOTE: the paper's formula for D (Xu et al. 2025, §5) was not available to us; this is our
+    reconstruction from its description (affinity from shared weaknesses, parameter c = −1). Check
+    it against the paper before comparing numbers with it."""
+    r = weakness_transfer(accuracy).clip(0, 1).to_numpy()
+    a, b = r, r.T
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if c == 0:
+            d = np.sqrt(a * b)
+        elif c < 0:  # a zero in either direction gives 0 (the limit of the power mean)
+            d = np.where((a > 0) & (b > 0), ((a ** c + b ** c) / 2) ** (1 / c), 0.0)
+        else:
+            d = ((a ** c + b ** c) / 2) ** (1 / c)
+    d = np.where(np.isnan(a) | np.isnan(b), np.nan, d)
+    np.fill_diagonal(d, 1.0)
+    return pd.DataFrame(d, index=accuracy.index, columns=accuracy.index)
+
+
+def accuracy_matrix(rows: pd.DataFrame) -> pd.DataFrame:
+    """A[x, y] from evaluation rows with `question_set` (x, the language the questions were found for),
+    `language` (y, the language they were asked in) and `correct`."""
+    for column in ("question_set", "language", "correct"):
+        if column not in rows.columns:
+            raise BabelprobeError(f"affinity rows need a {column!r} column")
+    return rows.pivot_table(index="question_set", columns="language", values="correct", aggfunc="mean")
+
+
+def plot_affinity(affinity: pd.DataFrame, path: str | Path, title: str = "Relative Affinity Score") -> list[Path]:
+    """Heatmap of D(x, y) with the values written in the cells."""
+    from babelprobe.analysis.style import SEQUENTIAL, figure, save
+
+    n = len(affinity)
+    fig, ax = figure("one", height=0.45 * n + 1.2)
+    image = ax.imshow(affinity.to_numpy(float), cmap=SEQUENTIAL, vmin=0, vmax=1)
+    ax.set_xticks(range(n), affinity.columns, rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(n), affinity.index)
+    ax.grid(False)
+    for i in range(n):
+        for j in range(n):
+            value = affinity.iat[i, j]
+            if not np.isnan(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6,
+                        color="black" if value > 0.6 else "white")
+    fig.colorbar(image, ax=ax, shrink=0.8, label="D(x, y)")
+    ax.set_title(title)
+    return save(fig, path)
+
+
+def format_summary(summary: pd.DataFrame) -> str:
+    """The overall rows as printed by the CLI: value [95% interval]."""
+    table = summary[summary["subset"] == "all"]
+
+    def interval(value: str, prefix: str) -> list[str]:
+        return [f"{v:.3f} [{lo:.3f}, {hi:.3f}]" for v, lo, hi in
+                zip(table[value], table[f"{prefix}_ci_low"], table[f"{prefix}_ci_high"], strict=True)]
+
+    text = pd.DataFrame({"language": table["target_name"], "version": table["version"], "n": table["n"],
+                         "distinct": table["n_unique"], "English": interval("en_accuracy", "en"),
+                         "target": interval("target_accuracy", "target"), "drop": interval("drop", "drop"),
+                         "en_only": table["en_only"].map(lambda v: f"{v:.3f}")})
+    return text.to_string(index=False)
+
+
+# ---------------------------------------------------------------------------------------------- figure
+
+def plot_pitfalls(summary: pd.DataFrame, path: str | Path, model_name: str,
+                  paper: dict[str, pd.DataFrame | None] | None = None, order: list[str] | None = None) -> list[Path]:
+    """Per target language (one panel each, in `order`): English vs target accuracy of the paper's models
+    on the perturbed questions and of this model on the perturbed and original ones (95% intervals)."""
+    from babelprobe.analysis.style import PALETTE, figure, save
+
+    overall = summary[summary["subset"] == "all"]
+    present = list(dict.fromkeys(overall["target_name"]))
+    names = [n for n in (order or []) if n in present] or present
+    fig, axes = figure("two", height=1.9 * len(names) + 0.5, nrows=len(names), squeeze=False)
+    for ax, name in zip(axes[:, 0], names, strict=True):
+        bars = _bars_for(overall[overall["target_name"] == name], (paper or {}).get(name), model_name)
+        x = np.arange(len(bars))
+        for offset, side, colour, label in ((-0.2, "en", PALETTE[0], "English"), (0.2, "target", PALETTE[1], name)):
+            values = bars[f"{side}_accuracy"].to_numpy()
+            ax.bar(x + offset, values, width=0.4, color=colour, edgecolor="black", linewidth=0.4, label=label)
+            ours = bars["ours"].to_numpy()
+            low = np.clip(values - bars[f"{side}_ci_low"].to_numpy(), 0, None)
+            high = np.clip(bars[f"{side}_ci_high"].to_numpy() - values, 0, None)
+            ax.errorbar(x[ours] + offset, values[ours], yerr=[low[ours], high[ours]], fmt="none", ecolor="black",
+                        elinewidth=0.7, capsize=1.5)
+        ax.set_xticks(x, bars["label"], rotation=30, ha="right", rotation_mode="anchor")
+        for tick, ours in zip(ax.get_xticklabels(), bars["ours"], strict=True):
+            tick.set_fontweight("bold" if ours else "normal")
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("accuracy")
+        n = int(bars.loc[bars["ours"], "n"].iloc[0])
+        total = int(bars["n"].max())  # the paper's models answered all questions; --limit gives fewer
+        ax.set_title(f"English vs {name}, perturbed questions: {n}" + (f" of {total}" if total != n else ""),
+                     loc="left")
+        ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False)
+    return save(fig, path)
+
+
+def _bars_for(ours: pd.DataFrame, paper: pd.DataFrame | None, model_name: str) -> pd.DataFrame:
+    """Bar table: the paper's models (perturbed questions), then this model perturbed and original."""
+    rows = []
+    if paper is not None:
+        for r in paper.to_dict("records"):
+            rows.append({"label": r["model"], "en_accuracy": r["en_accuracy"], "target_accuracy": r["target_accuracy"],
+                         "en_ci_low": np.nan, "en_ci_high": np.nan, "target_ci_low": np.nan, "target_ci_high": np.nan,
+                         "ours": False, "n": r["n"]})
+    short = model_name.split(" (")[0]
+    for version in ("perturbed", "original"):
+        part = ours[ours["version"] == version]
+        if len(part):
+            r = part.iloc[0]
+            rows.append({"label": f"{short} ({version})", **{k: r[k] for k in (
+                "en_accuracy", "target_accuracy", "en_ci_low", "en_ci_high", "target_ci_low", "target_ci_high")},
+                "ours": True, "n": r["n"]})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------------- CLI
+
+def add_arguments(parser) -> None:
+    group = parser.add_argument_group("Cross-Lingual Pitfalls")
+    group.add_argument("--reduction", choices=REDUCTIONS, default="per_byte",
+                       help="how a choice's token log-probs are combined (default per_byte: choices differ in length)")
+    group.add_argument("--prompts", metavar="FILE", help="prompt table TSV (default: the paper's instructions)")
+    group.add_argument("--chunk", type=int, default=32, metavar="N",
+                       help="questions scored between checkpoints of OUT/parts/<Language>.csv (default 32)")
+    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="token budget per batch")
+    group.add_argument("--overwrite", action="store_true", help="replace a run of another model or setting in --out")
+    search = parser.add_argument_group(
+        "weakness search (--search: --data is an English source file such as source/mmlu.json, --langs the "
+        "target languages; writes OUT/<Language>.json, loadable as --data by a later evaluation)")
+    search.add_argument("--search", action="store_true", help="run the beam-search weakness finder (paper §2.4)")
+    search.add_argument("--perturber", default="local", metavar="SPEC",
+                        help="generator writing distractions (default local)")
+    search.add_argument("--translator", default="local", metavar="SPEC", help="generator translating (default local)")
+    search.add_argument("--sim-models", type=lambda t: [x for x in t.split(",") if x], default=[], metavar="LIST",
+                        help="further simulation models (model specs) besides --model")
+    from babelprobe.benchmarks.pitfalls_search import SearchSettings
+
+    defaults = SearchSettings()
+    options = (("--width", "width", int, "w"), ("--depth", "depth", int, "d1"), ("--max-depth", "max_depth", int, "d2"),
+               ("--potential", "potential", float, "θpot"), ("--inclusion", "inclusion", float, "θinc"),
+               ("--redundancy", "redundancy", int, "r"), ("--gamma", "gamma", float, "γ"),
+               ("--english-min", "english_min", float, "1 − ε"),
+               ("--seeds-per-batch", "batch_size", int, "seeds searched together"))
+    for flag, name, kind, text in options:
+        search.add_argument(flag, dest=f"search_{name}", type=kind, default=getattr(defaults, name),
+                            metavar=flag[2:].split("-")[0].upper(), help=f"{text} (default {getattr(defaults, name)})")
+    try:
+        from babelprobe.benchmarks.generate import add_http_options
+    except ImportError:  # generation backends not installed in this build
+        return
+    add_http_options(parser)
+
+
+def run_cli(args) -> int:
+    if args.search:
+        return run_search_cli(args)
+    from babelprobe.benchmarks.rundir import open_run_dir
+    from babelprobe.cli.common import model_from
+    from babelprobe.tables import write_table
+
+    questions = load_pitfalls(args.data, args.langs, args.limit)
+    prompts = load_prompts(args.prompts)
+    lm = model_from(args)
+    manifest = {"benchmark": "pitfalls", "model": lm.name, "fingerprint": lm.fingerprint, "data": str(args.data),
+                "reduction": args.reduction, "prompts": str(args.prompts or "paper")}
+    out, resumed = open_run_dir(args.out, manifest, overwrite=args.overwrite,
+                                keys=("benchmark", "fingerprint", "reduction", "prompts"))
+    parts = []
+    for name, group in questions.groupby("language_name", sort=False):
+        part = out / "parts" / f"{name}.csv"
+        if not resumed and part.exists():
+            part.unlink()  # --overwrite: start this language again
+        parts.append(evaluate_language(lm, group, part, args, prompts))
+    rows = pd.concat(parts, ignore_index=True)
+    summary = pitfalls_summary(rows)
+    write_table(rows, out / "items.csv")
+    write_table(summary, out / "summary.csv")
+    paper = {name: load_paper_results(args.data, name) for name in questions["language_name"].unique()}
+    figures = plot_pitfalls(summary, out / "pitfalls", lm.name, paper, order=list(paper))
+    print(f"Cross-Lingual Pitfalls ({args.data}), {lm.name}, likelihood ({args.reduction}); accuracy [95% CI]:")
+    print(format_summary(summary))
+    print(f"wrote {len(rows)} rows to {out / 'items.csv'}, {out / 'summary.csv'}, {figures[1]}")
+    return 0
+
+
+def evaluate_language(lm: LoadedModel, questions: pd.DataFrame, part: Path, args,
+                      prompts: pd.DataFrame) -> pd.DataFrame:
+    """Score one language's questions in chunks, rewriting `part` atomically after each chunk; questions
+    already in `part` (an interrupted or smaller earlier run) are not scored again."""
+    from babelprobe.tables import read_table, write_table
+
+    done = read_table(part) if part.exists() else pd.DataFrame()
+    finished = set(done["pair_id"]) if len(done) else set()
+    todo = questions[~questions["question_id"].isin(finished)]
+    name = questions["language_name"].iloc[0]
+    bar = tqdm(total=len(questions), initial=len(questions) - len(todo), unit="question", desc=name,
+               disable=args.no_progress, dynamic_ncols=True)
+    chunk, memo = max(1, args.chunk), {}
+    for start in range(0, len(todo), chunk):
+        rows = score_pitfalls(lm, todo.iloc[start:start + chunk], reduction=args.reduction, prompts=prompts,
+                              batch_tokens=args.batch_tokens, progress=False, memo=memo)
+        done = pd.concat([done, rows], ignore_index=True) if len(done) else rows
+        write_table(done, part)
+        bar.update(len(rows) // len(VARIANTS))
+    bar.close()
+    return done[done["pair_id"].isin(set(questions["question_id"]))].reset_index(drop=True)
+
+
+def run_search_cli(args) -> int:
+    """`--search`: find weakness questions for each --langs language from the English --data file."""
+    from babelprobe.benchmarks.generate import generator_from
+    from babelprobe.benchmarks.pitfalls_search import (
+        LikelihoodAnswerer,
+        SearchSettings,
+        beam_search,
+        load_source_questions,
+        prepare_seeds,
+    )
+    from babelprobe.benchmarks.rundir import open_run_dir
+    from babelprobe.cli.common import model_from
+    from babelprobe.tables import atomic_path, write_table
+
+    if not args.langs:
+        raise BabelprobeError("--search needs --langs: the target languages by English name, e.g. Chinese,French")
+    settings = SearchSettings(**{k[len("search_"):]: v for k, v in vars(args).items() if k.startswith("search_")})
+    source = load_source_questions(args.data, args.limit)
+    lm = model_from(args)
+    models = [LikelihoodAnswerer(lm, args.reduction)] + [LikelihoodAnswerer(load_model(spec), args.reduction)
+                                                          for spec in args.sim_models]
+    perturber = generator_from(args.perturber, args, lm)
+    translator = generator_from(args.translator, args, lm)
+    manifest = {"benchmark": "pitfalls-search", "model": lm.name, "fingerprint": lm.fingerprint,
+                "sim_models": [m.name for m in models], "perturber": perturber.name, "translator": translator.name,
+                "settings": vars(settings), "data": str(args.data)}
+    out, _ = open_run_dir(args.out, manifest, overwrite=args.overwrite, keys=("benchmark", "fingerprint"))
+    cache = out / "generations.jsonl"  # generated text is reused by a rerun (resumable)
+    for name in args.langs:
+        language_code(name)  # a clear error for an unknown language name before any generation
+        seeds, dropped = prepare_seeds(source, name, translator, models, settings, cache=cache)
+        result = beam_search(seeds, perturber, translator, models, settings, cache=cache,
+                             progress=not args.no_progress) if len(seeds) else None
+        records = result.records() if result else []
+        with atomic_path(out / f"{name}.json") as tmp:
+            tmp.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
+        if result is not None and len(result.trace):
+            write_table(result.trace, out / f"trace-{name}.csv")
+        write_table(dropped, out / f"seeds-dropped-{name}.csv")
+        values = [r["value"] for r in records]
+        print(f"{name}: {len(seeds)} of {len(source)} seed questions answered right in English by the simulation "
+              f"models; {len(records)} candidates" + (f" (mean V {np.mean(values):.3f})" if values else ""))
+    print(f"wrote candidates to {out}/<Language>.json (evaluate them with --data {out}) and the search traces")
+    return 0
