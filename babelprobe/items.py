@@ -46,6 +46,13 @@ def iso_codes() -> frozenset[str]:
     return frozenset(pd.read_csv(DATA / "iso639_1.csv", keep_default_na=False)["code"])
 
 
+@cache
+def language_names() -> dict[str, str]:
+    """English name of every ISO 639-1 code (`de` -> German), for prompts that name a language."""
+    table = pd.read_csv(DATA / "iso639_1.csv", keep_default_na=False, dtype=str)
+    return dict(zip(table["code"], table["name"]))
+
+
 def separator(language: str) -> str:
     table = language_table()
     return table.at[language, "separator"] if language in table.index else " "

@@ -27,6 +27,7 @@ def atomic_path(path: str | Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results should be as readable as any file
     except OSError as err:
         raise BabelprobeError(f"cannot write {path}: {err.strerror}") from err
     try:
@@ -39,6 +40,12 @@ def atomic_path(path: str | Path):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_table(frame: pd.DataFrame, path: str | Path) -> Path:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-import torch
+import os
+
+# Idle OpenMP threads sleep instead of spinning: tests start subprocesses (kill, distributed, CLI), and
+# spinning threads of one process then steal the 2 cores from the others.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from tests.tiny import tiny_lm
 

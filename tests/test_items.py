@@ -150,3 +150,17 @@ def test_language_table_has_xcomps_languages_and_english():
     assert xcomps == {"ar", "ca", "de", "el", "es", "fa", "fr", "he", "hu", "ja", "ko", "nl", "ru", "tr", "uk",
                       "vi", "zh"}
     assert "en" in table.index and set(table["typology"]) == {"analytic", "inflectional", "agglutinative"}
+
+
+def test_result_files_get_ordinary_permissions(tmp_path):
+    import os
+    import stat
+
+    from babelprobe.tables import write_table
+
+    old = os.umask(0o022)
+    try:
+        path = write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.csv")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

@@ -10,12 +10,12 @@ from __future__ import annotations
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    AutoModelForCausalLM,
     Gemma3TextConfig,
     GPT2Config,
     LlamaConfig,
     PreTrainedTokenizerFast,
 )
-from transformers import AutoModelForCausalLM
 
 from babelprobe.models import LoadedModel, wrap_model
 

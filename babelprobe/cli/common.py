@@ -8,13 +8,16 @@ from babelprobe.items import load_items
 from babelprobe.models import load_model
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, dtype_option: str = "--dtype") -> None:
+    """`dtype_option` renames the model's --dtype (its value stays `args.dtype`) for commands whose own
+    --dtype means something else (extract: the stored dtype)."""
     group = parser.add_argument_group("model")
     group.add_argument("--model", default="default", metavar="SPEC",
                        help="'default' (Gemma-3-270M, offline), a local dir, a hub id ORG/NAME[@REV] or a .gguf file")
     group.add_argument("--revision", help="hub revision (branch, tag or commit)")
     group.add_argument("--device", help="cuda, mps or cpu (default: the first available)")
-    group.add_argument("--dtype", help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
+    group.add_argument(dtype_option, dest="dtype",
+                       help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
     group.add_argument("--trust-remote-code", action="store_true",
                        help="allow model code from the hub to run (off by default; only for models you trust)")
 
