@@ -27,5 +27,51 @@ test-fast: setup
 lint: setup
 	$(BIN)/ruff check babelprobe tests perf
 
+# ---- research runs (README "Demo, sweeps and figures"); results/ is git-ignored
+BP := $(BIN)/babelprobe
+# demo: meta, direct and neuro on the default model, two languages of each typology class, 10 pairs per
+# language x subset (240 pairs; a few CPU minutes). DEMO_ARGS="" runs all 2,720 sample pairs.
+DEMO_OUT ?= results/demo
+DEMO_ARGS ?= --languages en,zh,de,ru,ja,tr --limit 10
+# sweep: extraction, probes (with transfer) and the report for any model and item set; resumable.
+MODEL ?= default
+ITEMS ?= xcomps-sample
+LANGS ?=
+LIMIT ?=
+BACKEND ?= hf
+OUT ?= results/sweep
+EXTRACT_ARGS ?=
+PROBE_ARGS ?=
+# figures: re-export the figures and report.md of a results directory.
+RESULTS ?= $(DEMO_OUT)
+
+.PHONY: demo sweep figures
+
+demo: setup
+	$(BP) compare --model default --items xcomps-sample $(DEMO_ARGS) --out $(DEMO_OUT) --no-progress
+	$(MAKE) --no-print-directory $(DEMO_OUT)/transfer/neuro.csv
+	$(BP) report --results $(DEMO_OUT) --out $(DEMO_OUT)/figures
+	@echo "demo: tables in $(DEMO_OUT), figures and report.md in $(DEMO_OUT)/figures"
+
+# the demo's transfer probes, redone only when the activation store changed
+$(DEMO_OUT)/transfer/neuro.csv: $(DEMO_OUT)/acts/manifest.json
+	$(BP) probe --acts $(DEMO_OUT)/acts --out $@ --transfer --no-progress
+
+# Extraction resumes by itself; probing reruns only when the store is newer than neuro.csv (written last,
+# so an interrupted probe reruns), the report only when neuro.csv is newer than report.md (written last).
+sweep: setup
+	$(BP) extract --model $(MODEL) --items $(ITEMS) $(if $(LANGS),--languages $(LANGS)) \
+		$(if $(LIMIT),--limit $(LIMIT)) --backend $(BACKEND) --out $(OUT)/acts $(EXTRACT_ARGS)
+	$(MAKE) --no-print-directory $(OUT)/figures/report.md
+
+$(OUT)/neuro.csv: $(OUT)/acts/manifest.json
+	$(BP) probe --acts $(OUT)/acts --out $@ --transfer $(PROBE_ARGS)
+
+$(OUT)/figures/report.md: $(OUT)/neuro.csv
+	$(BP) report --results $(OUT) --out $(OUT)/figures
+
+figures: setup
+	$(BP) report --results $(RESULTS) --out $(RESULTS)/figures
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -30,14 +30,39 @@ from babelprobe.analysis import (
     typology_peaks,
     write_report,
 )
-from babelprobe.benchmarks import score_direct, score_texts, token_logprobs
-from babelprobe.benchmarks import load_prompts, position_bias, score_meta, shared_prefix_logprobs
-from babelprobe.benchmarks import (SearchSettings, beam_search, cognate_bias, cognate_comprehension, load_pitfalls,
-                                   load_stingray, pitfalls_summary, prepare_seeds, relative_affinity, score_pitfalls,
-                                   score_stingray, simulation_score, stingray_summary)
-from babelprobe.benchmarks import (Generator, consistency_summary, eclektic_summary, generate_cached, load_consistency,
-                                   load_eclektic, local_generator, make_generator, openai_generator, run_consistency,
-                                   run_eclektic)
+from babelprobe.benchmarks import (
+    Generator,
+    SearchSettings,
+    beam_search,
+    cognate_bias,
+    cognate_comprehension,
+    consistency_summary,
+    eclektic_summary,
+    generate_cached,
+    load_consistency,
+    load_eclektic,
+    load_pitfalls,
+    load_prompts,
+    load_stingray,
+    local_generator,
+    make_generator,
+    openai_generator,
+    pitfalls_summary,
+    position_bias,
+    prepare_seeds,
+    relative_affinity,
+    run_consistency,
+    run_eclektic,
+    score_direct,
+    score_meta,
+    score_pitfalls,
+    score_stingray,
+    score_texts,
+    shared_prefix_logprobs,
+    simulation_score,
+    stingray_summary,
+    token_logprobs,
+)
 from babelprobe.benchmarks.compare import CompareResult, compare, compare_models
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract import Store, extract_activations, open_store, verify_store, write_store

@@ -3,15 +3,20 @@
 Use `figure(width="one"|"two", height=...)` to get a figure sized for a one- or two-column paper,
 `PALETTE` (Okabe–Ito) for categorical colours, `SEQUENTIAL`/`DIVERGING` colormap names for heatmaps,
 and `save(fig, path)` to write `path.pdf` (vector) and `path.png` (300 dpi) atomically.
+`TYPOLOGY_COLORS` and `METHOD_COLORS` keep one colour per typology class and per method across all
+figures; `annotate_cells` writes values into heatmap cells, legible on dark and light colours.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # figures are files; never needs a display
+if "ipykernel" not in sys.modules:  # figures are files; a notebook keeps its inline backend to show them
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from babelprobe.tables import atomic_path  # noqa: E402
@@ -20,7 +25,11 @@ from babelprobe.tables import atomic_path  # noqa: E402
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 SEQUENTIAL = "viridis"
 DIVERGING = "RdBu_r"
-WIDTHS = {"one": 3.35, "two": 7.0}  # inches: ACL/NeurIPS-style single and double column
+WIDTHS = {"one": 3.35, "two": 7.0}
+TYPOLOGY_COLORS = {"analytic": PALETTE[0], "inflectional": PALETTE[1], "agglutinative": PALETTE[2], "other": "#777777"}
+METHOD_COLORS = {"meta": PALETTE[3], "direct": PALETTE[5], "neuro": PALETTE[4]}
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]  # inches: ACL/NeurIPS-style single and double column
 
 RC = {
     "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7, "xtick.labelsize": 7,
@@ -49,3 +58,16 @@ def save(fig, path: str | Path) -> list[Path]:
         written.append(target)
     plt.close(fig)
     return written
+
+
+def annotate_cells(ax, image, values, fmt: str = "{:.2f}", fontsize: float = 6) -> None:
+    """Write each value of the 2-D array `values` into its cell of the heatmap `image` (from `imshow`),
+    in black on light cells and white on dark ones; NaN cells stay empty."""
+    values = np.asarray(values, dtype=float)
+    for (i, j), value in np.ndenumerate(values):
+        if np.isnan(value):
+            continue
+        r, g, b, _ = image.cmap(image.norm(value))
+        dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5  # relative luminance of the cell colour
+        ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=fontsize,
+                color="white" if dark else "black")

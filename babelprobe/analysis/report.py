@@ -1,0 +1,394 @@
+"""The report of a results directory: every figure it has the inputs for, the analysis tables, and a
+short `report.md` that shows them (what `babelprobe report` and `make demo` / `make figures` write).
+
+    results = load_results("results/demo")    # whatever compare / probe left there
+    report = write_report("results/demo", "results/demo/figures")
+    report.figures, report.skipped            # written figures; figures left out and why
+
+A results directory is a `babelprobe compare` directory (`items.csv`, `summary.csv`,
+`correlations.csv`, `neuro.csv` and its side tables) or a probe directory (`neuro.csv` from
+`babelprobe probe`, e.g. `make sweep`). A transfer table (`NAME.transfer.csv`, from `probe
+--transfer`) is taken from the probe result, else from one subdirectory down (the demo's
+`transfer/`), or from `transfer=`. A figure whose input is absent is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from babelprobe.analysis import figures, methods, peaks
+from babelprobe.analysis.style import save
+from babelprobe.analysis.summary import accuracy_table
+from babelprobe.errors import BabelprobeError
+from babelprobe.tables import atomic_path, read_table, write_table
+
+PROBE_NAMES = ("neuro.csv", "neuro.parquet")
+
+
+@dataclass
+class Results:
+    """The tables of one results directory; None where the directory does not have one."""
+
+    path: Path
+    items: pd.DataFrame | None = None         # items.csv: one row per pair, every method side by side
+    summary: pd.DataFrame | None = None       # summary.csv: language × subset × method × metric
+    correlations: pd.DataFrame | None = None  # correlations.csv
+    probe: object | None = None               # ProbeResult of neuro.csv (table, peaks, oof, transfer)
+    transfer: pd.DataFrame | None = None      # train × test language × subset × layer
+    transfer_peaks: pd.DataFrame | None = None  # the peaks of the sweep that made `transfer`
+    info: dict = field(default_factory=dict)  # compare.json and the probe's settings
+
+
+@dataclass
+class Report:
+    out: Path
+    figures: dict[str, list[Path]] = field(default_factory=dict)  # name -> [pdf, png]
+    skipped: dict[str, str] = field(default_factory=dict)         # name -> why
+    tables: dict[str, Path] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------- reading
+
+def load_results(path: str | Path, transfer: str | Path | None = None) -> Results:
+    """Read a compare or probe results directory; a one-line error if it is neither or a table lacks a
+    column the report needs."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BabelprobeError(f"--results {path}: no such directory")
+    results = Results(path=path)
+    if (path / "compare.json").exists():
+        results.info["compare"] = _read_json(path / "compare.json")
+    for name, file, columns in (("items", "items.csv", ["pair_id", "language", "subset"]),
+                                ("summary", "summary.csv", ["language", "subset", "method", "metric", "value"]),
+                                ("correlations", "correlations.csv", ["method_a", "method_b", "pearson_r"])):
+        if (path / file).exists():
+            setattr(results, name, figures.require(_read(path / file), columns, str(path / file)))
+    probe_file = next((path / n for n in PROBE_NAMES if (path / n).exists()), None)
+    if probe_file is not None:
+        results.probe = _read_probe(probe_file)
+        results.info["probe"] = results.probe.settings
+        if results.probe.transfer is not None:
+            results.transfer, results.transfer_peaks = results.probe.transfer, results.probe.peaks
+    if transfer is not None or results.transfer is None:
+        _attach_transfer(results, transfer)
+    if results.items is None and results.summary is None and results.probe is None:
+        raise BabelprobeError(f"{path} is not a results directory: it has no items.csv or summary.csv (from "
+                              "`babelprobe compare`) and no neuro.csv (from `babelprobe probe`)")
+    return results
+
+
+def _read(path: Path) -> pd.DataFrame:
+    try:
+        return read_table(path)
+    except BabelprobeError:
+        raise
+    except Exception as err:  # a damaged file: say which, in one line
+        raise BabelprobeError(f"cannot read {path}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") \
+            from err
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BabelprobeError(f"cannot read {path}: {err}") from err
+
+
+def _read_probe(file: Path):
+    from babelprobe.probes import ProbeResult
+
+    result = ProbeResult(*(pd.DataFrame(),) * 4)
+    for name, side in result.paths(file).items():
+        if name not in ("settings", "transfer") and not side.exists():
+            raise BabelprobeError(f"{file} is there but its side table {side.name} is not; rerun `babelprobe probe`")
+    try:
+        probe = ProbeResult.read(file)
+    except BabelprobeError:
+        raise
+    except Exception as err:
+        raise BabelprobeError(f"cannot read the probe result {file}: {str(err).splitlines()[0]}") from err
+    figures.require(probe.table, ["language", "subset", "layer", "f1_mean", "f1_se", "f1_ci_low", "f1_ci_high",
+                                  "n_pairs"], str(file))
+    figures.require(probe.peaks, ["language", "subset", "peak_layer", "peak_layer_low", "peak_layer_high",
+                                  "n_layers"], str(probe.paths(file)["peaks"]))
+    figures.require(probe.oof, ["item_id", "pair_id", "language", "subset", "label", "layer", "fold", "score"],
+                    str(probe.paths(file)["oof"]))
+    return probe
+
+
+def _attach_transfer(results: Results, transfer: str | Path | None) -> None:
+    """Find the transfer table: the one given, else the single `*.transfer.csv|parquet` one directory
+    down; its peaks are its own sweep's (`NAME.peaks.EXT` beside it), else the main probe's."""
+    if transfer is None:
+        found = sorted(p for p in results.path.glob("*/*.transfer.*") if p.suffix in (".csv", ".parquet"))
+        if not found:
+            return
+        if len(found) > 1:
+            raise BabelprobeError(f"{results.path} has several transfer tables ({', '.join(map(str, found))}); "
+                                  "choose one with --transfer")
+        transfer = found[0]
+    transfer = Path(transfer)
+    results.transfer = figures.require(_read(transfer), ["train_language", "test_language", "subset", "layer", "f1"],
+                                       str(transfer))
+    sibling = transfer.with_name(transfer.name.replace(".transfer.", ".peaks."))
+    if sibling != transfer and sibling.exists():
+        results.transfer_peaks = figures.require(_read(sibling), ["language", "subset", "peak_layer"], str(sibling))
+    elif results.probe is not None:
+        results.transfer_peaks = results.probe.peaks
+
+
+# ------------------------------------------------------------------------------------------- analysis
+
+def analyse(results: Results, n_boot: int = 1000, seed: int = 0) -> dict[str, pd.DataFrame]:
+    """The analysis tables the figures and report.md use, for what the directory has."""
+    tables = {}
+    if results.probe is not None:
+        tables["subset_peaks"] = peaks.subset_peaks(results.probe)
+        tables["language_curves"] = peaks.language_curves(results.probe, n_boot, seed)
+        tables["language_peaks"] = peaks.language_peaks(results.probe, n_boot, seed)
+        tables["typology_peaks"] = peaks.typology_peaks(tables["language_peaks"])
+    if results.items is not None:
+        tables["method_accuracy"] = method_accuracy(results.items)
+    if results.summary is not None and results.correlations is None:
+        results.correlations = methods.correlations(results.summary)
+    return tables
+
+
+def method_accuracy(items: pd.DataFrame) -> pd.DataFrame:
+    """Pair accuracy per language (and over all languages) × method with 95% Wilson intervals, from the
+    per-pair join (`<method>_correct` columns)."""
+    present = [m for m in methods.METHODS if f"{m}_correct" in items.columns]
+    if not present:
+        raise BabelprobeError("the per-pair table (items.csv) has no <method>_correct column")
+    long = pd.concat([items[["language"]].assign(method=m, correct=items[f"{m}_correct"].astype(bool))
+                      for m in present], ignore_index=True)
+    return pd.concat([accuracy_table(long, by=("language", "method")),
+                      accuracy_table(long.assign(language="all"), by=("language", "method"))], ignore_index=True)
+
+
+# ------------------------------------------------------------------------------------------- figures
+
+# name, caption, and what it is drawn from; the order is the order in report.md
+FIGURES = {
+    "layer_curves": "Probe F1 by layer, one line per language, subsets averaged; bands are 95% bootstrap "
+                    "intervals over pairs (XCOMPS Fig. 5).",
+    "layer_curves_by_subset": "Probe F1 by layer, one panel per subset; bands are the 95% bootstrap intervals "
+                              "of each language × subset group.",
+    "peak_typology": "Peak layer of each language (subsets averaged) with its 95% bootstrap interval, grouped by "
+                     "typology; bars are class means (XCOMPS Fig. 6).",
+    "peak_heatmap": "Peak layer per language × subset (XCOMPS Fig. 14).",
+    "method_bars": "Pair accuracy of meta, direct and neuro per language with 95% Wilson intervals; dashed line: "
+                   "chance (XCOMPS Fig. 2).",
+    "method_correlations": "Method against method over language × subset cells, with Pearson r and Spearman ρ "
+                           "and 95% intervals (XCOMPS Fig. 3).",
+    "transfer": "Cross-lingual transfer: F1 of a probe trained on one language (rows) and tested on another "
+                "(columns) at the training language's peak layer, mean over subsets; outlined diagonal: "
+                "in-language cross-validated F1.",
+}
+
+
+def draw(name: str, results: Results, tables: dict, x: str = "layer"):
+    """The figure `name` of FIGURES, or the reason it cannot be drawn (a string)."""
+    probe_needed = "no probe result (neuro.csv from `babelprobe probe` or `babelprobe compare`)"
+    if name == "layer_curves":
+        return figures.plot_layer_curves(tables["language_curves"], x=x) if results.probe else probe_needed
+    if name == "layer_curves_by_subset":
+        return figures.plot_layer_curves(results.probe.table, x=x) if results.probe else probe_needed
+    if name == "peak_typology":
+        return figures.plot_peak_typology(tables["language_peaks"]) if results.probe else probe_needed
+    if name == "peak_heatmap":
+        return figures.plot_peak_heatmap(tables["subset_peaks"]) if results.probe else probe_needed
+    if name == "method_bars":
+        return figures.plot_method_bars(results.items) if results.items is not None else \
+            "no items.csv (the per-pair join of `babelprobe compare`)"
+    if name == "method_correlations":
+        if results.summary is None:
+            return "no summary.csv (from `babelprobe compare`)"
+        if results.summary["method"].nunique() < 2:
+            return "summary.csv has fewer than two methods"
+        return figures.plot_method_correlations(results.summary, results.correlations)
+    if name == "transfer":
+        if results.transfer is None or (results.transfer.get("kind", pd.Series(["transfer"])) != "transfer").all():
+            return "no transfer table (run `babelprobe probe --transfer`, or pass --transfer FILE)"
+        if results.transfer_peaks is None:
+            return "no peak table beside the transfer table to choose the layer"
+        return figures.plot_transfer(results.transfer, results.transfer_peaks)
+    raise BabelprobeError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
+
+
+# ------------------------------------------------------------------------------------------- writing
+
+def write_report(results: str | Path | Results, out: str | Path, *, transfer: str | Path | None = None,
+                 x: str = "layer", n_boot: int = 1000, seed: int = 0) -> Report:
+    """Write every figure the results have inputs for (NAME.pdf and NAME.png), the analysis tables
+    (CSV) and `report.md` (written last: its presence means the report is complete) into `out`."""
+    if x not in ("layer", "relative_depth"):
+        raise BabelprobeError(f"x must be 'layer' or 'relative_depth', got {x!r}")
+    if not isinstance(results, Results):
+        results = load_results(results, transfer)
+    out = Path(out)
+    tables = analyse(results, n_boot, seed)
+    report = Report(out=out)
+    for name, table in tables.items():
+        report.tables[name] = write_table(table, out / f"{name}.csv")
+    for name in FIGURES:
+        fig = draw(name, results, tables, x)
+        if isinstance(fig, str):
+            report.skipped[name] = fig
+        else:
+            report.figures[name] = save(fig, out / name)
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text(markdown(results, tables, report), encoding="utf-8")
+    return report
+
+
+def markdown(results: Results, tables: dict, report: Report) -> str:
+    """report.md: where the results come from, the main tables, the figures, and what was skipped."""
+    parts = [f"# babelprobe report: {results.path}", _provenance(results)]
+    if "method_accuracy" in tables:
+        parts += ["## Methods per language",
+                  "Pair accuracy (the acceptable sentence scores higher) of each method on the same pairs, with "
+                  "95% Wilson intervals; neuro uses each language × subset's peak layer." +
+                  (" `neuro F1`: mean over subsets of the probe F1 at each subset's peak layer." if
+                   results.summary is not None else ""),
+                  _md(_method_table(tables["method_accuracy"], results.summary))]
+    if results.summary is not None:
+        parts += ["## Methods per subset", "Mean over languages of each method's own metric (meta and direct "
+                  "accuracy, neuro F1 at the peak layer).", _md(_subset_table(results.summary))]
+    if "language_peaks" in tables:
+        parts += ["## Peak layers",
+                  "Per language: the peak of the F1 curve averaged over subsets; the interval is the 95% "
+                  "bootstrap interval of the peak's position (pairs resampled within each subset).",
+                  _md(_language_peak_table(tables["language_peaks"], tables["language_curves"])),
+                  "Per typology class: mean, standard deviation and range of the languages' peak layers.",
+                  _md(_typology_table(tables["typology_peaks"])),
+                  "Per language × subset (each group's own peak; bootstrap intervals in "
+                  "`subset_peaks.csv`):", _md(_subset_peak_pivot(tables["subset_peaks"]))]
+    if results.correlations is not None:
+        parts += ["## Correlations between methods",
+                  "Across language × subset cells; 95% intervals by the Fisher z-transform.",
+                  _md(_correlation_table(results.correlations))]
+    if "transfer" in report.figures:
+        parts += ["## Cross-lingual transfer", "Probe F1, train language down, test language across, at the "
+                  "training language's peak layer, mean over subsets (diagonal: in-language cross-validation).",
+                  _md(_transfer_table(results))]
+    parts.append("## Figures")
+    for name, paths in report.figures.items():
+        png = next(p for p in paths if p.suffix == ".png")
+        parts.append(f"**{name}** ({png.with_suffix('.pdf').name}, {png.name}): {FIGURES[name]}\n\n![{name}]({png.name})")
+    if report.skipped:
+        parts.append("Skipped:\n\n" + "\n".join(f"- {name}: {why}" for name, why in report.skipped.items()))
+    return "\n\n".join(parts) + "\n"
+
+
+def _provenance(results: Results) -> str:
+    lines = []
+    compare = results.info.get("compare", {})
+    if compare:
+        lines.append(f"- model: `{compare.get('model')}` (fingerprint `{str(compare.get('fingerprint'))[:16]}`), "
+                     f"items hash `{str(compare.get('items_hash'))[:16]}`")
+    probe = results.info.get("probe", {})
+    if probe:
+        lines.append(f"- probe: {probe.get('folds')}-fold {probe.get('fold_scheme', '')} cross-validation, "
+                     f"{probe.get('pool')} pooling, {probe.get('n_layers')} layers, seed {probe.get('seed')}, "
+                     f"{probe.get('n_boot')} bootstrap replicates")
+    frame = results.items if results.items is not None else (results.probe.table if results.probe else None)
+    if frame is not None:
+        n_pairs = f", {len(results.items)} pairs" if results.items is not None else ""
+        lines.append(f"- languages: {', '.join(peaks.language_order(frame['language']))}; subsets: "
+                     f"{', '.join(figures.subset_order(frame['subset']))}{n_pairs}")
+    return "\n".join(lines)
+
+
+def _md(frame: pd.DataFrame) -> str:
+    """A markdown table of a frame whose numbers are already formatted (tabulate would re-format
+    number-like strings otherwise)."""
+    return frame.to_markdown(index=False, disable_numparse=True)
+
+
+def _interval(value, low, high, digits: int = 2) -> str:
+    return f"{value:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _method_table(accuracy: pd.DataFrame, summary: pd.DataFrame | None) -> pd.DataFrame:
+    cells = accuracy.assign(cell=[_interval(*v) for v in accuracy[["accuracy", "ci_low", "ci_high"]].to_numpy()])
+    table = cells.pivot(index="language", columns="method", values="cell")
+    table = table[[m for m in methods.METHODS if m in table.columns]]
+    table.columns = [f"{m} accuracy" for m in table.columns]
+    if summary is not None:
+        f1 = summary[(summary["method"] == "neuro") & (summary["metric"] == "f1")]
+        if not f1.empty:
+            per_language = f1.groupby("language")["value"].mean()
+            per_language["all"] = f1["value"].mean()
+            table["neuro F1"] = per_language.map(lambda v: f"{v:.2f}")
+    table["pairs"] = accuracy.groupby("language")["n"].max()
+    order = [c for c in peaks.language_order([c for c in table.index if c != "all"])] + ["all"]
+    return table.reindex(order).reset_index()
+
+
+def _subset_table(summary: pd.DataFrame) -> pd.DataFrame:
+    main = methods.primary(summary)
+    table = main.pivot_table(index="subset", columns="method", values="value").reindex(
+        figures.subset_order(main["subset"]))
+    table = table[[m for m in methods.METHODS if m in table.columns]]
+    metric = main.drop_duplicates("method").set_index("method")["metric"]
+    table.columns = [f"{m} {'F1' if metric[m] == 'f1' else metric[m]}" for m in table.columns]
+    return table.map("{:.3f}".format).reset_index()
+
+
+def _language_peak_table(language_peaks: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    at_peak = curves.merge(language_peaks[["language", "peak_layer"]], left_on=["language", "layer"],
+                           right_on=["language", "peak_layer"])
+    table = language_peaks.merge(at_peak[["language", "f1_ci_low", "f1_ci_high"]], on="language")
+    table = table.set_index("language").loc[peaks.language_order(table["language"])].reset_index()
+    return pd.DataFrame({
+        "language": table["language"], "typology": table["typology"],
+        "peak layer [95% CI]": [f"{r.peak_layer} [{r.peak_layer_low}–{r.peak_layer_high}]" for r in table.itertuples()],
+        "relative depth": table["peak_relative_depth"].map("{:.2f}".format),
+        "F1 at peak [95% CI]": [_interval(r.peak_f1, r.f1_ci_low, r.f1_ci_high) for r in table.itertuples()],
+        "first layer within 1 SE": table["first_within_1se"]})
+
+
+def _typology_table(typology: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "typology": typology["typology"], "languages": typology["languages"],
+        "peak layer mean ± sd": [f"{m:.1f} ± {s:.1f}" if pd.notna(s) else f"{m:.1f}"
+                                 for m, s in zip(typology["peak_layer_mean"], typology["peak_layer_sd"], strict=True)],
+        "range": [f"{lo}–{hi}" for lo, hi in zip(typology["peak_layer_min"], typology["peak_layer_max"], strict=True)],
+        "relative depth mean": typology["relative_depth_mean"].map("{:.2f}".format),
+        "peak F1 mean": typology["peak_f1_mean"].map("{:.3f}".format)})
+
+
+def _subset_peak_pivot(subset_peaks: pd.DataFrame) -> pd.DataFrame:
+    table = subset_peaks.pivot_table(index="language", columns="subset", values="peak_layer")
+    table = table.reindex(index=peaks.language_order(table.index), columns=figures.subset_order(table.columns))
+    return table.astype("Int64").reset_index()
+
+
+def _correlation_table(correlations: pd.DataFrame) -> pd.DataFrame:
+    return pd.DataFrame({
+        "methods": correlations["method_a"] + " – " + correlations["method_b"], "cells": correlations["n_cells"],
+        "Pearson r [95% CI]": [_interval(*v) if pd.notna(v[0]) else "n/a" for v in
+                               correlations[["pearson_r", "pearson_low", "pearson_high"]].to_numpy()],
+        "p (Pearson)": correlations["pearson_p"].map(_p_value),
+        "Spearman ρ [95% CI]": [_interval(*v) if pd.notna(v[0]) else "n/a" for v in
+                                correlations[["spearman_rho", "spearman_low", "spearman_high"]].to_numpy()]})
+
+
+def _p_value(p: float) -> str:
+    return "n/a" if pd.isna(p) else ("< 0.001" if p < 0.001 else f"{p:.3f}")
+
+
+def _transfer_table(results: Results) -> pd.DataFrame:
+    from babelprobe.probes.transfer import at_peaks, transfer_matrix
+
+    matrix = transfer_matrix(at_peaks(results.transfer, results.transfer_peaks), layer=None)
+    order = peaks.language_order([*matrix.index, *matrix.columns])
+    matrix = matrix.reindex(index=[c for c in order if c in matrix.index],
+                            columns=[c for c in order if c in matrix.columns])
+    matrix.index.name = "train ↓ / test →"
+    return matrix.map("{:.2f}".format).reset_index()

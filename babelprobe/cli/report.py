@@ -1,0 +1,48 @@
+"""`babelprobe report`: every figure and a short report.md from a compare or probe results directory.
+
+    babelprobe report --results results/demo --out results/demo/figures
+    babelprobe report --results results/sweep --transfer results/sweep/neuro.transfer.csv --x relative_depth
+
+Writes NAME.pdf (vector) and NAME.png (300 dpi) for each figure whose input is there (the others are
+listed in report.md as skipped), the analysis tables (language_peaks.csv, typology_peaks.csv, ...) and
+report.md, last.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    import argparse
+
+    parser = sub.add_parser("report", help="figures and report.md from a compare or probe results directory",
+                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results", required=True, metavar="DIR",
+                        help="a `babelprobe compare` output directory, or one holding a probe's neuro.csv")
+    parser.add_argument("--out", metavar="DIR", help="where to write figures and report.md (default RESULTS/figures)")
+    parser.add_argument("--transfer", metavar="FILE",
+                        help="transfer table (NAME.transfer.csv from `probe --transfer`); default: the probe's own, "
+                        "else the one in a subdirectory of RESULTS")
+    parser.add_argument("--x", choices=("layer", "relative_depth"), default="layer",
+                        help="x axis of the layer curves (relative_depth to compare models of different depth)")
+    parser.add_argument("--n-boot", type=int, default=1000, metavar="N",
+                        help="bootstrap replicates for the per-language peak intervals (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from babelprobe.analysis.report import write_report
+    from babelprobe.errors import BabelprobeError
+
+    if args.n_boot < 0:
+        raise BabelprobeError(f"--n-boot must be 0 or more, got {args.n_boot}")
+    out = Path(args.out) if args.out else Path(args.results) / "figures"
+    report = write_report(args.results, out, transfer=args.transfer, x=args.x, n_boot=args.n_boot, seed=args.seed)
+    for name, paths in report.figures.items():
+        print(f"  {name}: {', '.join(p.name for p in paths)}")
+    for name, why in report.skipped.items():
+        print(f"  {name}: skipped, {why}")
+    print(f"wrote {len(report.figures)} figures, {len(report.tables)} tables and report.md to {out}")
+    return 0
