@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast lint clean
+.PHONY: setup test test-fast lint stress clean
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,11 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check babelprobe tests perf
+
+# SIGKILL an extraction at 20 random moments (make test runs 3); KILL_SEED picks other moments
+KILL_SEED ?= 0
+stress: setup
+	BABELPROBE_KILLS=20 BABELPROBE_KILL_SEED=$(KILL_SEED) $(BIN)/python -m pytest tests/test_kill.py -q -s $(PYTEST_ARGS)
 
 # ---- research runs (README "Demo, sweeps and figures"); results/ is git-ignored
 BP := $(BIN)/babelprobe

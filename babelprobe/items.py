@@ -25,6 +25,7 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.tables import write_table
 
 REQUIRED = ("item_id", "pair_id", "language", "subset", "label", "text")
+NEEDS = f"; every item needs {', '.join(REQUIRED)}"
 KEYS = ("item_id", "pair_id", "language", "subset", "label")
 DATA = files("babelprobe") / "data"
 BUNDLED = {"xcomps-sample": "XCOMPS-style conceptual minimal pairs in 10 languages, written for babelprobe"}
@@ -133,7 +134,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as err:
-            raise BabelprobeError(f"{path}:{number}: malformed JSON ({err.msg} at column {err.colno})") from err
+            raise BabelprobeError(f"{path}:{number}: malformed JSON ({_json_problem(err)}); fix or remove the line") from err
         if not isinstance(record, dict):
             raise BabelprobeError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
         records.append(record)
@@ -145,7 +146,7 @@ def _read_json(path: Path) -> pd.DataFrame:
     try:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as err:
-        raise BabelprobeError(f"{path}:{err.lineno}: malformed JSON ({err.msg} at column {err.colno})") from err
+        raise BabelprobeError(f"{path}:{err.lineno}: malformed JSON ({_json_problem(err)}); fix or remove the line") from err
     if isinstance(data, dict):
         data = next((data[k] for k in ("items", "data", "examples") if isinstance(data.get(k), list)), None)
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
@@ -224,6 +225,11 @@ def _comps_pairs(frame: pd.DataFrame, path: Path, full_sentences: tuple[str, str
     return pd.DataFrame(rows)
 
 
+def _json_problem(err) -> str:
+    """json's message with its position, e.g. 'Unterminated string starting at column 12'."""
+    return f"{err.msg.removesuffix(' at')} at column {err.colno}"
+
+
 def _require_columns(frame: pd.DataFrame, columns: list[str], path) -> None:
     for column in columns:
         if column not in frame.columns:
@@ -258,16 +264,16 @@ def validate(items: pd.DataFrame, source: str) -> pd.DataFrame:
         items["_source"] = [f"{source}: row {i + 1}" for i in range(len(items))]
     for field in REQUIRED:
         if field not in items.columns:
-            raise BabelprobeError(f"{items['_source'].iloc[0]}: missing field {field!r}")
+            raise BabelprobeError(f"{items['_source'].iloc[0]}: missing field {field!r}{NEEDS}")
         missing = items[field].isna() | (items[field].astype(str) == "")
         if field != "text" and missing.any():
-            raise BabelprobeError(f"{items['_source'][missing].iloc[0]}: missing field {field!r}")
+            raise BabelprobeError(f"{items['_source'][missing].iloc[0]}: missing field {field!r}{NEEDS}")
     for field in ("item_id", "pair_id", "language", "subset", "text"):
         items[field] = items[field].astype(str)
     blank = items["text"].str.strip() == ""
     if blank.any():
         row = items[blank].iloc[0]
-        raise BabelprobeError(f"{row['_source']}: item {row['item_id']} has an empty or whitespace-only text")
+        raise BabelprobeError(f"{row['_source']}: item {row['item_id']} has an empty or whitespace-only text; give it a text or remove the item")
     items["label"] = _labels(items)
     unknown = ~items["language"].map(lambda c: c.split("-")[0] in iso_codes())
     if unknown.any():
@@ -278,7 +284,7 @@ def validate(items: pd.DataFrame, source: str) -> pd.DataFrame:
     if dup.any():
         first = items[dup].iloc[:2]
         raise BabelprobeError(f"duplicate item_id {first['item_id'].iloc[0]!r} at "
-                              f"{first['_source'].iloc[0]} and {first['_source'].iloc[1]}")
+                              f"{first['_source'].iloc[0]} and {first['_source'].iloc[1]}; item ids must be unique")
     return items.drop(columns="_source").reset_index(drop=True)
 
 

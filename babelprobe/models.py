@@ -194,7 +194,7 @@ def load_model(spec: str = "default", device: str | torch.device | None = None,
         directory, name = Path(spec).expanduser(), spec
     elif _looks_like_hub_id(spec):
         repo, _, rev = spec.partition("@")
-        directory, name = _download(repo, revision or rev or None), spec
+        directory, name = _download(repo, revision or rev or None, with_code=trust_remote_code), spec
     else:
         raise BabelprobeError(f"unknown model spec {spec!r}: use 'default', a local model directory, "
                               "a hub id like 'google/gemma-3-270m[@revision]', or a .gguf file")
@@ -231,12 +231,14 @@ def _looks_like_hub_id(spec: str) -> bool:
     return repo.count("/") == 1 and not repo.startswith((".", "/", "~")) and all(repo.split("/"))
 
 
-def _download(repo: str, revision: str | None) -> Path:
+def _download(repo: str, revision: str | None, with_code: bool = False) -> Path:
+    """Config, tokenizer and safetensors weights only: no pickled `.bin` checkpoints, and the repository's
+    Python files only when remote code is explicitly trusted."""
     from huggingface_hub import snapshot_download
 
+    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", *(["*.py"] if with_code else [])]
     try:
-        return Path(snapshot_download(repo, revision=revision,
-                                      allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]))
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
     except Exception as err:  # network, auth, missing repo: all user-facing
         raise BabelprobeError(f"cannot download model {repo!r}"
                               f"{'@' + revision if revision else ''}: {str(err).splitlines()[0]}") from err

@@ -7,6 +7,7 @@ final name and an earlier result stays intact until the new one is complete.
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from contextlib import contextmanager
@@ -29,17 +30,49 @@ def atomic_path(path: str | Path):
         os.close(fd)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results should be as readable as any file
     except OSError as err:
-        raise BabelprobeError(f"cannot write {path}: {err.strerror}") from err
+        raise BabelprobeError(f"cannot write {path}: {err.strerror}{io_hint(err)}") from err
     try:
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as err:
-        raise BabelprobeError(f"cannot write {path}: {err.strerror}") from err
+        raise BabelprobeError(f"cannot write {path}: {err.strerror}{io_hint(err)}") from err
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def io_hint(err: OSError) -> str:
+    """What to do about a failed write, for the end of a one-line error."""
+    if err.errno == errno.ENOSPC:
+        return "; free some space and run the same command again (finished parts are kept)"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "; choose a writable output location"
+    return ""
+
+
+def check_output(path: str | Path, formats: tuple[str, ...] = FORMATS) -> Path:
+    """Fail before the work, not after it: `path` has a known table format and its directory exists or can
+    be created, and is writable."""
+    path = Path(path)
+    if formats and path.suffix not in formats:
+        raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(formats)}")
+    if path.is_dir():
+        raise BabelprobeError(f"{path} is a directory; give a file name like {path / ('results' + formats[0])}")
+    check_writable_dir(path.parent)
+    return path
+
+
+def check_writable_dir(directory: str | Path) -> None:
+    """`directory`, or the nearest existing folder it would be created in, is a writable folder."""
+    directory = Path(directory).absolute()
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        raise BabelprobeError(f"cannot write into {directory}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BabelprobeError(f"cannot write into {directory}: {existing} is not writable; "
+                              "choose a writable output location")
 
 
 def _umask() -> int:

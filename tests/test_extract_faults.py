@@ -1,14 +1,12 @@
-"""Faults and bad input for `babelprobe extract`: SIGKILL and resume, full disk, read-only or missing
+"""Faults and bad input for `babelprobe extract` (SIGKILL and resume: tests/test_kill.py): full disk, read-only or missing
 output directory, empty item set, too long text, two writers. Each: one-line error, exit != 0, nothing
 complete lost, nothing partial under a final name."""
 
 import errno
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np
@@ -56,30 +54,6 @@ def assert_no_partial_under_final_names(out):
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("model") / "tiny")
-
-
-def test_sigkill_then_same_command_gives_the_uninterrupted_store(tmp_path, model_dir):
-    texts = [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(120)]
-    items = write_items_file(tmp_path / "items.jsonl", texts)
-    shards = ("--shard-size", "2")
-    subprocess.run(extract_cmd(model_dir, items, tmp_path / "clean", *shards), env=cli_env(), check=True,
-                   capture_output=True)
-    out = tmp_path / "killed"
-    proc = subprocess.Popen(extract_cmd(model_dir, items, out, *shards), env=cli_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (out / "shard-00010.h5").exists() and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert_no_partial_under_final_names(out)
-    assert not json.loads((out / "manifest.json").read_text())["complete"]
-    done = subprocess.run(extract_cmd(model_dir, items, out, *shards), env=cli_env(), capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert "already complete" in done.stdout
-    assert shard_records(out) == shard_records(tmp_path / "clean")  # same array and key checksums
-    assert verify_store(out) == [] and not list(out.glob(".shard-*"))
 
 
 def test_full_disk_keeps_complete_shards_and_leaves_nothing_partial(tmp_path, model_dir, monkeypatch, capsys):

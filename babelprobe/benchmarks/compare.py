@@ -26,6 +26,7 @@ from babelprobe.analysis import methods
 from babelprobe.benchmarks.direct import score_direct
 from babelprobe.benchmarks.meta import score_meta
 from babelprobe.benchmarks.neuro import neuro_pairs
+from babelprobe.checkpoint import score_resumably
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import items_hash, load_items
 from babelprobe.models import LoadedModel, load_model
@@ -80,13 +81,18 @@ def compare(model: LoadedModel | str, items: pd.DataFrame | str, out: str | Path
         _save_manifest(out, state)
         return result
 
-    options = dict(batch_tokens=batch_tokens, progress=progress)
-    direct = stage("direct", {"reduction": reduction},
-                   lambda: _written(score_direct(lm, items, reduction=reduction, **options), out / "direct.csv"),
+    def resumably(method: str, score, settings: dict):
+        """Score in chunks kept beside the table, so an interrupted compare resumes mid-stage."""
+        return lambda: score_resumably(lambda chunk: score(lm, chunk, batch_tokens=batch_tokens, progress=False,
+                                                           **settings),
+                                       items, out / f"{method}.csv",
+                                       {"method": method, "fingerprint": lm.fingerprint, **settings},
+                                       progress=progress, desc=method)
+
+    direct = stage("direct", {"reduction": reduction}, resumably("direct", score_direct, {"reduction": reduction}),
                    out / "direct.csv", read_table)
     meta = stage("meta", {"rule": rule, "reduction": reduction},
-                 lambda: _written(score_meta(lm, items, rule=rule, reduction=reduction, **options), out / "meta.csv"),
-                 out / "meta.csv", read_table)
+                 resumably("meta", score_meta, {"rule": rule, "reduction": reduction}), out / "meta.csv", read_table)
     store_digest = _ensure_store(lm, items, acts, overwrite, pool=pool, backend=backend, source=source,
                                  progress=progress)
     from babelprobe.probes import ProbeResult, sweep
@@ -117,11 +123,6 @@ def compare_models(base: str | Path, other: str | Path) -> pd.DataFrame:
 
 # -------------------------------------------------------------------------------------- stage helpers
 
-def _written(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
-    write_table(frame, path)
-    return frame
-
-
 def _probe_written(result, path: Path):
     result.write(path)
     return result
@@ -140,6 +141,7 @@ def _ensure_store(lm: LoadedModel, items: pd.DataFrame, acts: Path, overwrite: b
             raise BabelprobeError(f"activation store {acts} was made with another {what} than the one being "
                                   "compared; point --acts elsewhere or pass --overwrite")
         if not mismatch and store.manifest.get("complete"):
+            store.check([options.get("pool", "last")])
             return _digest(store.manifest)
     extract(lm, items, acts, overwrite=overwrite, **options)
     return _digest(open_store(acts).manifest)

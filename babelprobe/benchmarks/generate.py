@@ -276,7 +276,8 @@ class OpenAIGenerator:
                 if attempt < self.retries:
                     delay = err.after if err.after is not None else self.backoff * 2 ** attempt
                     time.sleep(min(delay, MAX_RETRY_AFTER) * random.uniform(1.0, 1.1))
-        raise BabelprobeError(f"{self.name}: no usable answer after {self.retries + 1} attempts (last: {reason}); "
+        raise BabelprobeError(f"{self.name}: no usable answer after {self.retries + 1} "
+                              f"attempt{'s' if self.retries else ''} (last: {reason}); "
                               "check that the server is up, or raise --timeout/--retries")
 
     def _attempt(self, body: bytes, key: str | None) -> str:

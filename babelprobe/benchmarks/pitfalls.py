@@ -265,7 +265,11 @@ def score_pitfalls(model: LoadedModel | str, questions: pd.DataFrame, reduction:
 def simulation_score(en_accuracy, target_accuracy, gamma: float = 2.0):
     """The paper's simulation score V = (mean English accuracy over the simulation models)^γ − (mean
     target accuracy), γ = 2 (§2.3): high only when English is (nearly) always right and the target
-    language wrong; γ > 1 punishes English mistakes more than the target accuracy rewards."""
+    language wrong; γ > 1 punishes English mistakes more than the target accuracy rewards.
+
+    The released code (run.py `evaluate_function`) ranks by log(1 + (β^E)² / ((β^T)² + 0.001)) −
+    20·(1 − β^E)³ instead; it keeps only children with β^E = 1, where both order candidates alike. The
+    `value` field of the released <Language>.json records is that quantity (3.2 for β^T = 0.2), not V."""
     return np.asarray(en_accuracy, float) ** gamma - np.asarray(target_accuracy, float)
 
 
@@ -350,9 +354,11 @@ def relative_affinity(accuracy: pd.DataFrame, c: float = -1.0) -> pd.DataFrame:
     the two directions of `weakness_transfer` (clipped to [0, 1]); c = −1, the default, is the
     harmonic mean, so two languages are close only if each fails much of the other's weakness set.
 
-    NOTE: the paper's formula for D (Xu et al. 2025, §5) was not available to us; this is our
-    reconstruction from its description (affinity from shared weaknesses, parameter c = −1). Check
-    it against the paper before comparing numbers with it."""
+    NOTE: the paper's formula for D (Xu et al. 2025, its linguistic-similarity analysis) was not
+    available to us; this is our reconstruction from its description (affinity from shared weaknesses,
+    parameter c = −1). Re-checked: neither the stored copies of the paper's text nor the authors'
+    code (xzx34/Cross-Lingual-Pitfalls: run.py, eva.py, visualization.py) give it; secondary summaries
+    only name it "Relative Affinity Score (RAS)". Check it against the paper before comparing numbers."""
     r = weakness_transfer(accuracy).clip(0, 1).to_numpy()
     a, b = r, r.T
     with np.errstate(divide="ignore", invalid="ignore"):

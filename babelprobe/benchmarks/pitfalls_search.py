@@ -25,7 +25,10 @@ simulation model, as in the released code):
   4. potential: once any child reaches V ≥ θpot, the batch may search to depth d2 instead of d1;
   5. the beam is the w best children by V, without those already failed by every model in the target
      language (nothing left to find) and those of seeds that have r candidates.
-Defaults are the paper's: w = 12, d1 = 4, d2 = 6, θpot = 0.6, θinc = 0.8, r = 3.
+Defaults are the paper's: w = 12, d1 = 4, d2 = 6, θpot = 0.6, θinc = 0.8, r = 3. They agree with the
+released run.py (queue 12; depth 4, or 6 once a child has β^T ≤ 0.4, i.e. V ≥ 0.6; max_good 3, counting
+children with β^T ≤ 0.2, i.e. V ≥ 0.8), which also writes out children with 0.6 ≤ V < 0.8; its eva.py
+leaves those out of the evaluation.
 
 `beam_search` returns the candidates (in the released record format plus `seed_id`, `depth`) and the
 trace: every child with its parent, the wrong option it targets, the distraction, β^E, β^T, V and

@@ -30,28 +30,6 @@ def register(sub) -> None:
         bench.add_argument("--langs", type=comma_list, metavar="LIST", help="languages or language pairs to keep")
         bench.add_argument("--limit", type=int, metavar="N", help="at most N items per language (pair)")
         bench.add_argument("--no-progress", action="store_true", help="no progress bar")
-        bench.set_defaults(func=_runner(module_name), benchmark_module=module_name)
-        _add_own_arguments(bench, module_name)
-
-
-def _add_own_arguments(parser, module_name: str) -> None:
-    try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        if err.name != module_name:
-            raise
-        return  # benchmark not installed in this build yet: the command reports it when run
-    module.add_arguments(parser)
-
-
-def _runner(module_name: str):
-    def run(args) -> int:
-        from babelprobe.errors import BabelprobeError
-
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            raise BabelprobeError(f"benchmark module {module_name} is not available") from err
-        return module.run_cli(args)
-
-    return run
+        bench.set_defaults(func=module.run_cli, benchmark_module=module_name)
+        module.add_arguments(bench)

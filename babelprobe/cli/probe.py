@@ -11,8 +11,6 @@ and prints the peak layer of each group.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from babelprobe.cli.common import comma_list
 from babelprobe.errors import BabelprobeError
 
@@ -67,13 +65,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from babelprobe.extract import open_store
     from babelprobe.items import load_items
     from babelprobe.probes.sweep import ProbeResult, sweep
     from babelprobe.probes.transfer import at_peaks, transfer_matrix
+    from babelprobe.tables import check_output
 
-    out = Path(args.out)
-    if out.suffix not in (".csv", ".parquet"):
-        raise BabelprobeError(f"--out {out}: use a .csv or .parquet file name")
+    out = check_output(args.out, (".csv", ".parquet"))  # before the work, not after it
     if args.folds < 2:
         raise BabelprobeError(f"--folds must be at least 2, got {args.folds}")
     if args.threads is not None:
@@ -83,8 +81,10 @@ def run(args) -> int:
 
         torch.set_num_threads(args.threads)
     items = load_items(args.items) if args.items else None
+    store = open_store(args.acts)
+    store.check([args.pool])  # a changed or NaN shard stops here, not as a silently wrong probe
     result: ProbeResult = sweep(
-        args.acts, by=tuple(args.by), layers=args.layers, folds=args.folds, pool=args.pool,
+        store, by=tuple(args.by), layers=args.layers, folds=args.folds, pool=args.pool,
         fold_scheme=args.fold_scheme, seed=args.seed, solver=args.solver, C=args.C, inner_folds=args.inner_folds,
         controls=args.control, items=items, transfer=args.transfer, n_boot=args.n_boot, device=args.device,
         dtype=args.dtype, n_jobs=args.jobs, memory_gb=args.memory_gb,

@@ -3,16 +3,14 @@ or by asking it which concept has the property (meta)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 
 from babelprobe.analysis.summary import accuracy_pivot, format_pivot
 from babelprobe.benchmarks.direct import REDUCTIONS, score_direct
 from babelprobe.benchmarks.meta import RULES, meta_requests, position_bias, score_meta
+from babelprobe.checkpoint import score_resumably
 from babelprobe.cli.common import add_items_options, add_model_options, items_from, model_from
-from babelprobe.errors import BabelprobeError
-from babelprobe.tables import FORMATS, write_table
+from babelprobe.tables import check_output
 
 
 def register(sub) -> None:
@@ -46,11 +44,15 @@ def add_scoring_options(parser) -> None:
 
 
 def run_direct(args) -> int:
+    check_output(args.out)  # before the work, not after it
     items = items_from(args)
-    results = score_direct(model_from(args), items, reduction=args.reduction, conditional=args.conditional,
-                           batch_tokens=args.batch_tokens, padding_side=args.padding_side,
-                           truncate=args.truncate, progress=not args.no_progress)
-    write_table(results, args.out)
+    lm = model_from(args)
+    settings = {"reduction": args.reduction, "conditional": args.conditional, "truncate": args.truncate}
+    results = score_resumably(
+        lambda chunk: score_direct(lm, chunk, batch_tokens=args.batch_tokens, padding_side=args.padding_side,
+                                   progress=False, **settings),
+        items, args.out, {"method": "direct", "fingerprint": lm.fingerprint, **settings},
+        progress=not args.no_progress, desc="direct")
     print(format_pivot(accuracy_pivot(results), f"direct accuracy ({args.reduction}), language × subset:"))
     print(f"wrote {len(results)} pairs to {args.out}")
     return 0
@@ -91,17 +93,19 @@ def add_meta_parser(methods) -> None:
 
 
 def run_meta(args) -> int:
-    if Path(args.out).suffix not in FORMATS:  # before the work, not after it
-        raise BabelprobeError(f"{args.out}: unknown table format {Path(args.out).suffix!r}; use {', '.join(FORMATS)}")
+    check_output(args.out)  # before the work, not after it
     chat = args.chat_template_file or args.chat_template
     items = items_from(args)
     meta_requests(items, args.prompts, args.prompt_language)  # bad items or prompts: fail before loading the model
-    results = score_meta(model_from(args), items, rule=args.rule, reduction=args.reduction,
-                         close_quote=not args.no_close_quote, chat_template=chat, prompts=args.prompts,
-                         prompt_language=args.prompt_language, share_prefix=not args.no_share_prefix,
-                         batch_tokens=args.batch_tokens, padding_side=args.padding_side, truncate=args.truncate,
-                         progress=not args.no_progress)
-    write_table(results, args.out)
+    lm = model_from(args)
+    settings = {"rule": args.rule, "reduction": args.reduction, "close_quote": not args.no_close_quote,
+                "chat_template": chat, "prompts": args.prompts, "prompt_language": args.prompt_language,
+                "truncate": args.truncate}
+    results = score_resumably(
+        lambda chunk: score_meta(lm, chunk, share_prefix=not args.no_share_prefix, batch_tokens=args.batch_tokens,
+                                 padding_side=args.padding_side, progress=False, **settings),
+        items, args.out, {"method": "meta", "fingerprint": lm.fingerprint, **settings},
+        progress=not args.no_progress, desc="meta")
     title = f"meta accuracy (rule {args.rule}, {args.reduction}, {results['prompt_format'].iloc[0]} prompt), language × subset:"
     print(format_pivot(accuracy_pivot(results), title))
     bias = pd.concat([position_bias(results), position_bias(results, by=None).assign(language="all")])

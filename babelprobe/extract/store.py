@@ -117,7 +117,7 @@ def check_values(values: np.ndarray, layers: list[int], pool: str, keys: pd.Data
             row = int(np.argwhere(~finite)[0][0])
             raise BabelprobeError(f"{pool} activations of layer {layer} are not finite (NaN or inf) for item "
                                   f"{keys['item_id'].iloc[row]!r}; the model overflowed its compute dtype: "
-                                  "run it in float32 (--dtype float32 on the model) or check the model")
+                                  "run the model in float32 (--model-dtype float32) or check the model")
         peak = float(max(block.max(initial=0.0), -block.min(initial=0.0)))
         if peak > worst:
             worst_layer, worst = layer, peak
@@ -267,10 +267,11 @@ class StoreWriter:
             return
         if not any(self.path.glob("shard-*.h5")):
             return  # a store that never got a shard (e.g. a first run that failed): nothing to lose
-        diff = sorted(k for k in set(self.settings) | set(old.get("settings", {}))
+        names = {"fingerprint": "model", "items_hash": "item set"}
+        diff = sorted(names.get(k, k) for k in set(self.settings) | set(old.get("settings", {}))
                       if self.settings.get(k) != old.get("settings", {}).get(k))
-        raise BabelprobeError(f"{self.path} holds a store made with other settings ({', '.join(diff) or 'unknown'} "
-                              "differ); pass --overwrite to replace it or choose another --out")
+        raise BabelprobeError(f"{self.path} holds a store made with other settings (different: "
+                              f"{', '.join(diff) or 'unknown'}); pass --overwrite to replace it or choose another --out")
 
     def remove_store_files(self) -> None:
         """Delete only what a store consists of (never other files in the directory)."""
@@ -557,6 +558,21 @@ class Store:
 
     def __len__(self) -> int:
         return self.n_rows
+
+    def check(self, pools=None) -> None:
+        """Raise a one-line error if an array of `pools` (default: all) no longer matches the checksum written
+        with it, or holds NaN/inf. Reads every shard once, in row blocks; `verify_store` lists every problem."""
+        for k, record in enumerate(self.manifest["shards"]):
+            for pool in pools or self.pools:
+                if pool not in self.pools:
+                    continue
+                digest, bad = _digest_and_check(self._file(k)[pool], record["dtype"][pool])
+                where = f"activation store {self.path}: {record['name']}/{pool}"
+                if digest != record["sha256"][pool]:
+                    raise BabelprobeError(f"{where} changed after it was written (checksum mismatch); re-extract "
+                                          f"it (delete the shard and rerun extract) or run `babelprobe verify {self.path}`")
+                if bad:
+                    raise BabelprobeError(f"{where} holds {bad} NaN/inf values; re-extract in float32")
 
     def __repr__(self) -> str:
         return (f"Store({str(self.path)!r}, rows={self.n_rows}, layers={self.layers[0]}..{self.layers[-1]} "

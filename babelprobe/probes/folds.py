@@ -23,7 +23,8 @@ def check_labels(labels: np.ndarray, pair_ids: np.ndarray, n_folds: int, group: 
     classes, counts = np.unique(labels, return_counts=True)
     if len(classes) < 2:
         raise BabelprobeError(f"group {group} has only label {int(classes[0])} ({counts[0]} items); a probe needs "
-                              "acceptable (1) and unacceptable (0) items")
+                              "acceptable (1) and unacceptable (0) items; check the label field or group more "
+                              "broadly (--by)")
     n_pairs = len(np.unique(pair_ids))
     if n_pairs < n_folds:
         raise BabelprobeError(f"group {group} has {n_pairs} pairs, fewer than --folds {n_folds}; use fewer folds "
