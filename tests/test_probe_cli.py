@@ -78,11 +78,11 @@ def tamper(store, row, layer, value):
 @pytest.mark.parametrize("case, expected", [
     ("one_class", "group language=de subset=random has only label 1"),
     ("few_pairs", "has 15 pairs, fewer than --folds 20"),
-    ("nan", "last activations of layer 2 are NaN or inf for item"),
+    ("nan", "shard-00000.h5/last changed after it was written (checksum mismatch)"),
     ("no_labels", "group language=en subset=taxonomic has no items labelled 0 or 1"),
     ("no_pool", "has no 'mean' pooling"),
     ("no_concepts", "hewitt control needs"),
-    ("bad_out", "use a .csv or .parquet file name"),
+    ("bad_out", "unknown table format '.txt'; use .csv, .parquet"),
     ("bad_layer", "layer 7 is not in the store"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(acts, capsys, tmp_path, case, expected):
