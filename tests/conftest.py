@@ -10,6 +10,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 from tests.tiny import tiny_lm
 
@@ -28,6 +29,31 @@ def default_lm():
     from babelprobe.models import load_model
 
     return load_model("default", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def tiny_long():
+    """The tiny model with room for long prompts (byte-level tokenised Chinese/Japanese, MC questions)."""
+    return tiny_lm("llama", max_positions=512)
+
+
+@pytest.fixture(scope="session")
+def tiny_long_dir(tmp_path_factory, tiny_long):
+    path = tmp_path_factory.mktemp("tiny-long")
+    tiny_long.model.save_pretrained(path)
+    tiny_long.tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def one_thread():
+    """For tests of tiny problems, where threads only add overhead (and stall on a busy machine):
+    `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

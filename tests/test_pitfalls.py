@@ -15,7 +15,6 @@ import torch
 from babelprobe.benchmarks import pitfalls as pf
 from babelprobe.cli import main
 from babelprobe.errors import BabelprobeError
-from tests.tiny import tiny_lm
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "cross_lingual_pitfalls"
 
@@ -55,19 +54,6 @@ def data_dir(tmp_path):
     (tmp_path / "French_results.json").write_text(json.dumps(
         {"English": {"model-a": 3, "model-b": 2}, "French": {"model-a": 1, "model-b": 0}, "Total Questions": 3}))
     return tmp_path
-
-
-@pytest.fixture(scope="module")
-def tiny_long():
-    return tiny_lm("llama", max_positions=512)
-
-
-@pytest.fixture(scope="module")
-def tiny_long_dir(tmp_path_factory, tiny_long):
-    path = tmp_path_factory.mktemp("tiny-long")
-    tiny_long.model.save_pretrained(path)
-    tiny_long.tokenizer.save_pretrained(path)
-    return path
 
 
 # --------------------------------------------------------------------------------------------- formulas

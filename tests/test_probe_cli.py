@@ -6,23 +6,13 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
-import torch
-from threadpoolctl import threadpool_limits
 
 from babelprobe.cli import main
 from babelprobe.extract import write_store
 from babelprobe.probes import synthetic_activations
 from babelprobe.tables import read_table
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These problems are tiny: threads only add overhead (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
 
 
 @pytest.fixture(scope="module")

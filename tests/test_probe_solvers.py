@@ -10,20 +10,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from threadpoolctl import threadpool_limits
 
 from babelprobe.probes.metrics import accuracies, aucs, f1_scores
 from babelprobe.probes.solvers import fit_logistic, fit_predict
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These problems are tiny: threads only add overhead (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
 
 
 def sklearn_exact(X, y, C):

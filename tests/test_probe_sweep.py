@@ -6,13 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
-from threadpoolctl import threadpool_limits
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract import open_store, write_store
@@ -21,15 +19,7 @@ from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
 from babelprobe.probes.sweep import choose_C
 from babelprobe.tables import read_table
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """These problems are tiny: threads only add overhead (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,6 @@ from babelprobe.cli import main
 from babelprobe.errors import BabelprobeError
 from tests.tiny import tiny_lm
 
-
-@pytest.fixture(scope="module")
-def tiny_long():
-    """The tiny model with room for the longer (byte-level tokenised) Chinese/Japanese prompts."""
-    return tiny_lm("llama", max_positions=512)
-
-
-@pytest.fixture(scope="module")
-def tiny_long_dir(tmp_path_factory, tiny_long):
-    path = tmp_path_factory.mktemp("tiny-long")
-    tiny_long.model.save_pretrained(path)
-    tiny_long.tokenizer.save_pretrained(path)
-    return path
-
-
 # --------------------------------------------------------------------------------------------- metrics
 
 def test_bias_and_comprehension_on_hand_checked_points():

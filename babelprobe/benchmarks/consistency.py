@@ -604,9 +604,8 @@ def add_arguments(parser) -> None:
 
 
 def run_cli(args) -> int:
-    from babelprobe.benchmarks.rundir import open_run_dir
+    from babelprobe.benchmarks.rundir import open_run_dir, write_results, written
     from babelprobe.cli.common import model_from
-    from babelprobe.tables import write_table
 
     spec = load_spec(args.spec)
     items, task = load_consistency(args.data, task=args.task, limit=args.limit, spec=spec)
@@ -624,11 +623,10 @@ def run_cli(args) -> int:
                                     baseline=args.baseline, spec=spec, max_new_tokens=args.max_new_tokens,
                                     cache=out / "generations.jsonl", progress=not args.no_progress)
     rows["model"], rows["fingerprint"] = manifest["model"], manifest["fingerprint"]
-    write_table(rows, out / "items.csv")
-    write_table(summary, out / "summary.csv")
+    write_results(out, rows, summary)
     figures = plot_consistency(summary, out / "consistency", title=f"self-consistency ({task.name}): {manifest['model']}")
     print(format_summary(summary))
-    print(f"wrote {len(rows)} rows to {out / 'items.csv'}, {out / 'summary.csv'}, {figures[1]}")
+    print(written(out, rows, figures))
     return 0
 
 

@@ -438,9 +438,8 @@ def add_arguments(parser) -> None:
 
 
 def run_cli(args) -> int:
-    from babelprobe.benchmarks.rundir import open_run_dir
+    from babelprobe.benchmarks.rundir import open_run_dir, write_results, written
     from babelprobe.cli.common import model_from
-    from babelprobe.tables import write_table
 
     if args.judge != "match" and not args.judge.startswith("llm:"):
         raise BabelprobeError(f"--judge {args.judge!r}: use match or llm:SPEC")
@@ -462,11 +461,10 @@ def run_cli(args) -> int:
                         cache=out / "generations.jsonl", progress=not args.no_progress)
     rows["model"], rows["fingerprint"] = manifest["model"], manifest["fingerprint"]
     summary = eclektic_summary(rows)
-    write_table(rows, out / "items.csv")
-    write_table(summary, out / "summary.csv")
+    write_results(out, rows, summary)
     figures = plot_eclektic(summary, out / "eclektic", title=f"ECLeKTic: {manifest['model']}")
     print(format_summary(summary))
-    print(f"wrote {len(rows)} rows to {out / 'items.csv'}, {out / 'summary.csv'}, {figures[1]}")
+    print(written(out, rows, figures))
     return 0
 
 

@@ -514,9 +514,8 @@ def add_arguments(parser) -> None:
 def run_cli(args) -> int:
     if args.search:
         return run_search_cli(args)
-    from babelprobe.benchmarks.rundir import open_run_dir
+    from babelprobe.benchmarks.rundir import open_run_dir, write_results, written
     from babelprobe.cli.common import model_from
-    from babelprobe.tables import write_table
 
     questions = load_pitfalls(args.data, args.langs, args.limit)
     prompts = load_prompts(args.prompts)
@@ -533,13 +532,12 @@ def run_cli(args) -> int:
         parts.append(evaluate_language(lm, group, part, args, prompts))
     rows = pd.concat(parts, ignore_index=True)
     summary = pitfalls_summary(rows)
-    write_table(rows, out / "items.csv")
-    write_table(summary, out / "summary.csv")
+    write_results(out, rows, summary)
     paper = {name: load_paper_results(args.data, name) for name in questions["language_name"].unique()}
     figures = plot_pitfalls(summary, out / "pitfalls", lm.name, paper, order=list(paper))
     print(f"Cross-Lingual Pitfalls ({args.data}), {lm.name}, likelihood ({args.reduction}); accuracy [95% CI]:")
     print(format_summary(summary))
-    print(f"wrote {len(rows)} rows to {out / 'items.csv'}, {out / 'summary.csv'}, {figures[1]}")
+    print(written(out, rows, figures))
     return 0
 
 

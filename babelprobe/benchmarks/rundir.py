@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.tables import atomic_path
+from babelprobe.tables import atomic_path, write_table
 
 MANIFEST = "run.json"
+ITEMS, SUMMARY = "items.csv", "summary.csv"
 
 
 def open_run_dir(out: str | Path, manifest: dict, overwrite: bool = False,
@@ -50,3 +51,14 @@ def read_manifest(out: Path) -> dict | None:
 def write_manifest(out: Path, manifest: dict) -> None:
     with atomic_path(Path(out) / MANIFEST) as tmp:
         tmp.write_text(json.dumps(manifest, indent=1, ensure_ascii=False, default=str), encoding="utf-8")
+
+
+def write_results(out: Path, rows, summary) -> None:
+    """The run's per-item rows and its summary, as `items.csv` and `summary.csv` in `out`."""
+    write_table(rows, Path(out) / ITEMS)
+    write_table(summary, Path(out) / SUMMARY)
+
+
+def written(out: Path, rows, figures: list[Path]) -> str:
+    """The closing line of a benchmark command: what it wrote where."""
+    return f"wrote {len(rows)} rows to {Path(out) / ITEMS}, {Path(out) / SUMMARY}, {figures[1]}"

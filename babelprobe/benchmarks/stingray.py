@@ -439,9 +439,8 @@ def add_arguments(parser) -> None:
 
 def run_cli(args) -> int:
     from babelprobe.analysis.style import save  # noqa: F401  (fail early if matplotlib is missing)
-    from babelprobe.benchmarks.rundir import open_run_dir
+    from babelprobe.benchmarks.rundir import open_run_dir, write_results, written
     from babelprobe.cli.common import model_from
-    from babelprobe.tables import write_table
 
     records = load_stingray(args.data, pairs=args.langs, limit=args.limit)
     prompts = load_prompts(args.prompts)
@@ -452,10 +451,9 @@ def run_cli(args) -> int:
     rows = score_stingray(lm, records, tasks=tuple(args.tasks), reduction=args.reduction, prompts=prompts,
                           batch_tokens=args.batch_tokens, progress=not args.no_progress)
     summary = stingray_summary(rows)
-    write_table(rows, out / "items.csv")
-    write_table(summary, out / "summary.csv")
+    write_results(out, rows, summary)
     figures = plot_stingray(summary, out / "stingray", title=f"StingrayBench — {lm.name}")
     print(f"StingrayBench ({args.data}), {lm.name}, likelihood ({args.reduction}):")
     print(format_summary(summary))
-    print(f"wrote {len(rows)} rows to {out / 'items.csv'}, {out / 'summary.csv'}, {figures[1]}")
+    print(written(out, rows, figures))
     return 0
