@@ -47,6 +47,26 @@ def test_fit_logistic_reaches_sklearn_optimum(formulation, m, d, C):
         np.testing.assert_allclose(intercept[b].item(), ref.intercept_[0], atol=1e-5 * max(1, abs(ref.intercept_[0])))
 
 
+@pytest.mark.parametrize("formulation", ["dual", "primal"])
+def test_problems_that_converge_early_leave_the_batch_unchanged(formulation):
+    """A batch mixing fast (strongly regularised) and slow (weakly regularised) problems gives each the
+    fit it gets alone, and the slow ones still reach scikit-learn's optimum."""
+    rng = np.random.default_rng(8)
+    X = np.stack([standardised(rng, 40, 30) for _ in range(4)])
+    y = (X[:, :, 0] + 0.3 * rng.normal(size=(4, 40)) > 0).astype(float)
+    C = np.array([1e-3, 50.0, 1e-2, 10.0])
+    Z, Y = torch.tensor(X), torch.tensor(y)
+    coef, intercept, n_iter = fit_logistic(Z, Y, torch.ones_like(Y), torch.tensor(C), formulation=formulation)
+    for b in range(4):
+        alone, alone_b, alone_iter = fit_logistic(Z[b:b + 1], Y[b:b + 1], torch.ones_like(Y[b:b + 1]),
+                                                  torch.tensor(C[b:b + 1]), formulation=formulation)
+        np.testing.assert_allclose(coef[b].numpy(), alone[0].numpy(), atol=1e-9)
+        assert alone_iter <= n_iter
+        ref = sklearn_exact(X[b], y[b], C[b])
+        np.testing.assert_allclose(coef[b].numpy(), ref.coef_[0], atol=1e-5 * max(1, np.abs(ref.coef_).max()))
+        np.testing.assert_allclose(intercept[b].item(), ref.intercept_[0], atol=1e-5 * max(1, abs(ref.intercept_[0])))
+
+
 def test_padding_rows_do_not_count():
     """A problem padded with weight-0 rows gives the fit of its real rows only."""
     rng = np.random.default_rng(1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 from sklearn.model_selection import GridSearchCV, StratifiedGroupKFold
@@ -176,6 +177,24 @@ def test_mean_pooling_and_sklearn_solver(small):
     sk_mean = sweep(path, layers=[4], pool="mean", solver="sklearn", n_boot=0, n_jobs=1).table
     assert np.abs(torch_mean["f1_mean"] - sk_mean["f1_mean"]).max() <= 0.05
     assert (sk_mean["solver"] == "sklearn").all()
+
+
+def test_groups_side_by_side_give_the_same_tables(small):
+    """Groups solved in parallel threads (the CPU default) give the tables of one group at a time, in
+    the same order; an error in one group is raised with its name, and torch's threads are restored."""
+    keys, X, path = small
+    one = sweep(path, n_boot=50, controls="shuffle", workers=1)
+    many = sweep(path, n_boot=50, controls="shuffle", workers=3)
+    for name in ("table", "folds", "oof", "peaks"):
+        pd.testing.assert_frame_equal(getattr(one, name), getattr(many, name), check_exact=False, atol=1e-6)
+    threads = torch.get_num_threads()
+    bad = X.copy()
+    bad[keys.index[keys["language"] == "de"][3], 2, 5] = np.inf
+    with pytest.raises(BabelprobeError, match=r"group language=de subset=\w+: last activations of layer 2"):
+        sweep(ArrayStore(keys, last=bad), n_boot=0, workers=2)
+    assert torch.get_num_threads() == threads
+    with pytest.raises(BabelprobeError, match="workers must be at least 1"):
+        sweep(path, workers=0)
 
 
 def test_bad_input_is_named(small, tmp_path):

@@ -44,12 +44,13 @@ def register(sub) -> None:
     solver.add_argument("--inner-folds", type=int, default=3, metavar="K", help="inner folds for a C list (default 3)")
     solver.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
     solver.add_argument("--dtype", choices=("float32", "float64"),
-                        help="torch dtype of activations and large products (default float32; on CPU the small "
-                        "Newton systems are float64 either way)")
+                        help="torch dtype of the solver (default float32, scores within ~3e-4 of float64's; "
+                        "float64 for the exact optimum)")
     solver.add_argument("--jobs", type=int, default=None, metavar="N",
                         help="processes for the sklearn solver (default 1; -1: all cores)")
     solver.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads of the torch solver (default: torch's; 1 is fastest on a busy machine)")
+                        help="CPU threads of the torch solver: it solves this many groups at once, one thread "
+                        "each (default: torch's thread count)")
     solver.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
                         help="working memory of one group's solve (layers are chunked to fit; default 2)")
     controls = parser.add_argument_group("controls")

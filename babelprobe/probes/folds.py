@@ -4,9 +4,16 @@ The default scheme keeps both sentences of a pair on the same side of every spli
 `StratifiedGroupKFold` with `groups = pair_id`), so a probe is never tested on a sentence whose
 minimal-pair partner it was trained on. `scheme="plain"` is the XCOMPS paper's stratified 5-fold
 (`StratifiedKFold`), for reproducing its numbers. Both shuffle with a recorded seed.
+
+`StratifiedGroupKFold` places pairs one at a time in Python, which is slow next to the probes; but its
+answer depends only on the label counts of each pair (in sorted pair order), k and the seed, not on the
+pair names. So it runs once per distinct layout and the answer is reused: every language × subset of
+an item set usually has the same layout.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
@@ -47,7 +54,7 @@ def make_folds(labels: np.ndarray, pair_ids: np.ndarray, n_folds: int = 5, schem
     seed : shuffling seed (`random_state`).
     group : name of the group for error messages.
     """
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+    from sklearn.model_selection import StratifiedKFold
 
     if scheme not in SCHEMES:
         raise BabelprobeError(f"unknown fold scheme {scheme!r}; use {' or '.join(SCHEMES)}")
@@ -56,18 +63,38 @@ def make_folds(labels: np.ndarray, pair_ids: np.ndarray, n_folds: int = 5, schem
     labels, pair_ids = np.asarray(labels), np.asarray(pair_ids)
     check_labels(labels, pair_ids, n_folds, group)
     if scheme == "grouped":
-        splitter = StratifiedGroupKFold(n_splits=n_folds, shuffle=True, random_state=seed)
-        splits = splitter.split(np.zeros(len(labels)), labels, groups=pair_ids)
+        classes, label_index = np.unique(labels, return_inverse=True)
+        _, pair_index = np.unique(pair_ids, return_inverse=True)
+        counts = np.zeros((pair_index.max() + 1, len(classes)), dtype=np.int64)
+        np.add.at(counts, (pair_index, label_index), 1)
+        fold = _grouped_fold_of_pairs(counts.tobytes(), counts.shape, n_folds, seed)[pair_index]
     else:
+        fold = np.full(len(labels), -1, dtype=np.int64)
         splits = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed).split(np.zeros(len(labels)), labels)
-    fold = np.full(len(labels), -1, dtype=np.int64)
-    for k, (_, test) in enumerate(splits):
-        fold[test] = k
+        for k, (_, test) in enumerate(splits):
+            fold[test] = k
     for k in range(n_folds):
         train_labels = labels[fold != k]
         if len(np.unique(train_labels)) < 2 or not (fold == k).any():
             raise BabelprobeError(f"group {group}: fold {k} cannot be built with both classes in training; "
                                   "use fewer folds")
+    return fold
+
+
+@lru_cache(maxsize=256)
+def _grouped_fold_of_pairs(counts: bytes, shape: tuple[int, int], n_folds: int, seed: int) -> np.ndarray:
+    """The fold of each pair from `StratifiedGroupKFold`, given only the label counts [pairs, classes] of
+    the pairs in sorted order: it is run on stand-in items with that layout (pair i named by its rank)."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    counts = np.frombuffer(counts, dtype=np.int64).reshape(shape)
+    pairs = np.repeat(np.arange(shape[0]), counts.sum(1))
+    labels = np.concatenate([np.repeat(np.arange(shape[1]), row) for row in counts])
+    splitter = StratifiedGroupKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    fold = np.full(shape[0], -1, dtype=np.int64)
+    for k, (_, test) in enumerate(splitter.split(np.zeros(len(labels)), labels, groups=pairs)):
+        fold[pairs[test]] = k
+    fold.flags.writeable = False  # shared by every caller with this layout
     return fold
 
 

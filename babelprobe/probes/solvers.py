@@ -11,9 +11,14 @@ in lock-step. It picks the cheaper exact formulation per batch: when a problem h
 m than features d (640 dims, ~100 rows per fold here) it works in the m-dimensional row space
 (w = Zᵀa, so every Newton step is an m × m Cholesky solve on the kernel K = ZZᵀ); otherwise it solves
 the (d+1) × (d+1) primal Newton system. Both give the same optimum, which scikit-learn's lbfgs
-approaches to its tolerance (its default tol=1e-4 stops visibly short of it). Activations and the large
-products are float32; on CPU the small m × m Newton systems run in float64, which keeps decision
-scores within ~1e-5 of an all-float64 fit. Linear solves use Cholesky only (batched LU in some CPU
+approaches to its tolerance (its default tol=1e-4 stops visibly short of it).
+
+Problems leave the batch as they converge, and a step longer than Newton's is taken when it lowers the
+objective more: together ~5 factorisations per problem instead of ~7. Everything is float32 by
+default, with a tolerance matched to it: on Gemma-3-270M activations the decision scores stay within
+3e-4 of the largest score of an all-float64 fit, with no sign changes in 129,200 scores (the same as
+float64 Newton iterations on the same float32 data); `dtype=float64` gives the exact optimum (tests
+compare it with scikit-learn run to tol=1e-10). Linear solves use Cholesky only (batched LU in some CPU
 builds of torch fails on well-posed systems).
 
 `fit_predict(X, y, train, C)` is the entry point of both solvers: X [n, layers, d] activations, one
@@ -49,24 +54,30 @@ def resolve_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    """float32 for the activations and the large products, on any device. On CPU the m × m Newton iterations
-    of the row-space solver run in float64 anyway, which keeps decision scores within ~1e-5 of an
-    all-float64 fit (tests check this) at about the float32 cost."""
+    """float32 on any device: decision scores within ~3e-4 (relative) of an all-float64 fit (tests check
+    1e-4 on small problems), at about half the memory traffic of float64."""
     return torch.float32
 
 
 def default_tol(dtype: torch.dtype) -> float:
     """Stop when the Newton decrement gᵀH⁻¹g (≈ 2 × (objective − optimum)) falls below tol × C × m, or when
-    it is already small and stops shrinking (round-off floor). Newton converges quadratically, so a
-    tight tolerance costs about one extra iteration."""
-    return 1e-13 if dtype == torch.float64 else 1e-6
+    it is already small and stops shrinking (round-off floor); the last Newton step is still taken.
+    Newton converges quadratically, so after that step the decrement is about its square: ~1e-16 × C × m
+    for float64 data, ~1e-12 × C × m for float32 data (whose own rounding moves the optimum more)."""
+    return 1e-8 if dtype == torch.float64 else 1e-6
 
 
-def _converged(decrement: torch.Tensor, previous: torch.Tensor, scale: torch.Tensor, tol: float) -> bool:
+def _converged(decrement: torch.Tensor, previous: torch.Tensor, scale: torch.Tensor, tol: float) -> torch.Tensor:
+    """Per problem: whether its Newton decrement is below tolerance, or small and no longer shrinking."""
     small = decrement <= tol * scale
-    nearly = decrement <= (1e-3 * tol) ** 0.5 * scale  # e.g. 1e-8 × C·m in float64
+    nearly = decrement <= (1e-3 * tol) ** 0.5 * scale  # e.g. 3e-6 × C·m in float64
     stalled = nearly & (decrement >= 0.5 * previous)
-    return bool((small | stalled).all())
+    return small | stalled
+
+
+def _keep(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows of each tensor where `mask` holds: the problems still being solved."""
+    return tuple(x[mask] for x in tensors)
 
 
 # --------------------------------------------------------------------------------- the Newton solver
@@ -116,16 +127,24 @@ def _loss_terms(f: torch.Tensor, y: torch.Tensor, s: torch.Tensor, C: torch.Tens
     return r, D
 
 
+LONG_STEPS = (1.0, 1.5, 2.0, 3.0)
+
+
 def _line_search(f, df, y, s, C, reg0, reg1, reg2, slope, steps=12):
-    """Backtracking (Armijo) over t = 1, ½, ¼, ...: the full Newton step first (nearly always taken),
-    then all shorter steps at once for the problems that refused it.
+    """The step length t per problem: the best of the full Newton step and a few longer ones when the
+    full step is acceptable (Armijo), else backtracking over t = ½, ¼, ...
+
+    Far from the optimum the Newton steps of a logistic loss fall short (the curvature shrinks as the
+    margins grow), so a longer step often lowers the objective more and saves an iteration; near the
+    optimum t = 1 is the best and quadratic convergence is kept. Only the loss along f − t·df is
+    evaluated, which is cheap next to a Newton solve.
 
     The objective along the step is C·Σ s·logloss(y, f − t·df) + ½(reg0 − 2t·reg1 + t²·reg2); `slope`
-    is the Newton decrement gᵀΔ (≥ 0). Returns the chosen t per problem."""
-    one = torch.ones(1, dtype=f.dtype, device=f.device)
-    full = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, one)[0]
-    if bool(full.all()):
-        return one.expand(len(f))
+    is the Newton decrement gᵀΔ (≥ 0)."""
+    t = torch.tensor(LONG_STEPS, dtype=f.dtype, device=f.device)
+    ok, obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t)
+    if bool(ok[0].all()):
+        return t[torch.where(ok, obj, torch.inf).argmin(0)]
     t = 0.5 ** torch.arange(steps, dtype=f.dtype, device=f.device)  # [T]
     ok, obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t)
     # the largest step that decreases enough; near the optimum round-off can refuse all: take the best
@@ -148,8 +167,13 @@ def newton_dual(K, y, s, C, max_iter, tol):
 
     Rows with weight s = 0 (padding) keep a = 0, so they never influence the fit. The Newton system
     (I + Zᵀ D Z) Δw = Zᵀu is solved through (I + DK)⁻¹ = I − Q(I + QKQ)⁻¹QK with Q = D^½ (symmetric
-    positive definite, so Cholesky), and the unpenalised intercept through its Schur complement."""
+    positive definite, so Cholesky), and the unpenalised intercept through its Schur complement.
+
+    A problem leaves the batch as soon as it has converged (after its last, full Newton step, which
+    squares the remaining error), so stragglers do not make the others factorise again."""
     B, m = y.shape
+    a_out, b_out = torch.zeros_like(y), torch.zeros(B, dtype=K.dtype, device=K.device)
+    index = torch.arange(B, device=K.device)  # which problems are still in the batch
     a = torch.zeros_like(y)
     Ka = torch.zeros_like(y)  # K @ a, kept up to date instead of recomputed
     b = torch.zeros(B, dtype=K.dtype, device=K.device)
@@ -166,33 +190,41 @@ def newton_dual(K, y, s, C, max_iter, tol):
         chol, _ = torch.linalg.cholesky_ex(M)
         rhs = torch.stack([u, D], -1)  # both right-hand sides at once
         # K is symmetric: rhsᵀK is the fast way round for batched products with few columns
-        z = Q[..., None] * (rhs.mT @ K).mT
-        z = torch.linalg.solve_triangular(chol.mT, torch.linalg.solve_triangular(chol, z, upper=False), upper=True)
+        z = torch.cholesky_solve(Q[..., None] * (rhs.mT @ K).mT, chol)
         sol = rhs - Q[..., None] * z
         Su, SD = sol[..., 0], sol[..., 1]
         db = (Su.sum(1) - a.sum(1)) / SD.sum(1).clamp_min(torch.finfo(K.dtype).tiny)
         da = Su - SD * db[:, None]
         Kda = (da[:, None, :] @ K)[:, 0]
         decrement = (u * Kda).sum(1) + r.sum(1) * db
-        if _converged(decrement, previous, scale, tol):
-            break
+        done = _converged(decrement, previous, scale, tol)
+        if bool(done.any()):
+            a_out[index[done]], b_out[index[done]] = (a - da)[done], (b - db)[done]
+            if bool(done.all()):
+                return a_out, b_out, n_iter
+            index, K, y, s, C, scale, a, Ka, b, f, da, Kda, db, decrement = _keep(
+                ~done, index, K, y, s, C, scale, a, Ka, b, f, da, Kda, db, decrement)
         previous = decrement
         t = _line_search(f, Kda + db[:, None], y, s, C, (a * Ka).sum(1), (a * Kda).sum(1), (da * Kda).sum(1),
                          decrement)
         a = a - t[:, None] * da
         Ka = Ka - t[:, None] * Kda
         b = b - t * db
-    return a, b, n_iter
+    a_out[index], b_out[index] = a, b  # max_iter reached
+    return a_out, b_out, n_iter
 
 
 def newton_primal(Z, y, s, C, max_iter, tol):
     """Newton on (w, b) directly: a (d+1) × (d+1) Cholesky solve per problem (for m ≥ d); returns
-    (w [B, d], b [B], n_iter). Padding rows (s = 0) contribute nothing."""
+    (w [B, d], b [B], n_iter). Padding rows (s = 0) contribute nothing. Converged problems leave the
+    batch, as in `newton_dual`."""
     B, m, d = Z.shape
     Za = torch.cat([Z, s[..., None]], -1)  # the intercept column (0 on padding rows)
     penalty = torch.ones(d + 1, dtype=Z.dtype, device=Z.device)
     penalty[-1] = 0
     w = torch.zeros(B, d + 1, dtype=Z.dtype, device=Z.device)
+    w_out = torch.zeros_like(w)
+    index = torch.arange(B, device=Z.device)
     scale = C * s.sum(1)
     previous = torch.full_like(scale, torch.inf)
     n_iter = 0
@@ -207,14 +239,21 @@ def newton_primal(Z, y, s, C, max_iter, tol):
             chol, _ = torch.linalg.cholesky_ex(H)
         step = torch.cholesky_solve(g[..., None], chol)[..., 0]
         decrement = (g * step).sum(1)
-        if _converged(decrement, previous, scale, tol):
-            break
+        done = _converged(decrement, previous, scale, tol)
+        if bool(done.any()):
+            w_out[index[done]] = (w - step)[done]
+            if bool(done.all()):
+                break
+            index, Za, y, s, C, scale, w, f, step, decrement = _keep(
+                ~done, index, Za, y, s, C, scale, w, f, step, decrement)
         previous = decrement
         wd, sd = w[:, :d], step[:, :d]
         t = _line_search(f, (Za @ step[..., None])[..., 0], y, s, C, (wd * wd).sum(1), (wd * sd).sum(1),
                          (sd * sd).sum(1), decrement)
         w = w - t[:, None] * step
-    return w[:, :d], w[:, d], n_iter
+    else:
+        w_out[index] = w  # max_iter reached
+    return w_out[:, :d], w_out[:, d], n_iter
 
 
 # ------------------------------------------------------------------------------ batched fit + predict
@@ -318,27 +357,19 @@ def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "to
         Xc = Xc - Xc.mean(1, keepdim=True)
         mean, scale = _train_moments(Xc, share, train.sum(1))  # [Lc, P, d] each
         inv = 1 / scale
-        Y = Xc.index_select(1, idx_t.reshape(-1)).reshape(Lc, P, m, d)  # (faster than Xc[:, idx_t])
-        Y = Y.mul_(inv[:, :, None]).reshape(Lc * P, m, d)  # training rows scaled, not yet centred
-        mu = (mean * inv).reshape(Lc * P, d)  # the training mean in scaled units
+        Z = Xc.index_select(1, idx_t.reshape(-1)).reshape(Lc, P, m, d)  # (faster than Xc[:, idx_t])
+        Z = Z.sub_(mean[:, :, None]).mul_(inv[:, :, None]).reshape(Lc * P, m, d)  # standardised training rows
         yb = ytr.repeat(Lc, 1)
         wb = w.repeat(Lc, 1)
         Cb = torch.as_tensor(Cs[:, l0:l1].T.reshape(-1), dtype=dtype, device=device)
         if formulation == "dual":
-            # K = (Y − 1μᵀ)(Y − 1μᵀ)ᵀ expanded, so the centred copy is never made
-            Ymu = (Y @ mu[..., None])[..., 0]
-            K = Y @ Y.mT - Ymu[:, :, None] - Ymu[:, None, :] + (mu * mu).sum(1)[:, None, None]
-            # the m × m Newton iterations are cheap: run them in float64 on CPU whatever the data dtype
-            nd = torch.float64 if device.type == "cpu" else dtype
-            a, intercept, _ = newton_dual(K.to(nd), yb.to(nd), wb.to(nd), Cb.to(nd), max_iter or 100,
-                                          default_tol(nd) if tol is None else tol)
-            a, intercept = a.to(dtype), intercept.to(dtype)
-            coef = (a[:, None, :] @ Y)[:, 0] - mu * a.sum(1, keepdim=True)  # Zᵀa (a row times Y is fast)
-            del K
+            a, intercept, _ = newton_dual(Z @ Z.mT, yb, wb, Cb, max_iter or 100,
+                                          default_tol(dtype) if tol is None else tol)
+            coef = (a[:, None, :] @ Z)[:, 0]  # Zᵀa (a row times Z is fast)
         else:
-            coef, intercept, _ = newton_primal(Y.sub_(mu[:, None]), yb, wb, Cb, max_iter or 100,
+            coef, intercept, _ = newton_primal(Z, yb, wb, Cb, max_iter or 100,
                                                default_tol(dtype) if tol is None else tol)
-        del Y
+        del Z
         coef = coef.reshape(Lc, P, d) * inv  # back to (centred) raw units: x·(w/σ) + (b − μ·w/σ)
         intercept = intercept.reshape(Lc, P) - (mean * coef).sum(-1)
         scores = coef @ Xc.mT + intercept[..., None]  # [Lc, P, n]

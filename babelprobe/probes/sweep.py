@@ -14,11 +14,17 @@ layer and fold a probe is trained on the standardised training rows and scores t
 (all layers and folds of a group in one batched solve with the torch solver); F1 of the positive class
 (label 1, acceptable) is computed per fold and averaged; a bootstrap over pairs gives intervals. Controls
 (majority, shuffled labels, Hewitt–Liang concept control) use the same folds and C.
+
+On a CPU the torch solver works on several groups at once, one thread each: its many small Newton
+factorisations do not spread over threads, so groups side by side use the cores far better than
+threads inside one solve.
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -137,7 +143,8 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
           fold_scheme: str = "grouped", seed: int = 0, solver: str = "torch", C=1.0, inner_folds: int = 3,
           controls="none", items: pd.DataFrame | None = None, transfer: bool = False, n_boot: int = 1000,
           device=None, dtype=None, max_iter: int | None = None, tol: float | None = None,
-          n_jobs: int | None = None, memory_gb: float = 2.0, progress: bool = False) -> ProbeResult:
+          n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
+          progress: bool = False) -> ProbeResult:
     """Cross-validated probes for every layer of every group of a store.
 
     Parameters
@@ -158,7 +165,9 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
     transfer : also train on each language and test on the others (see `babelprobe.probes.transfer`).
     n_boot : bootstrap replicates over pairs for intervals (0: none).
     device, dtype, max_iter, tol, n_jobs, memory_gb : solver options (see `fit_predict`); n_jobs
-        parallelises the sklearn solver over layers.
+        parallelises the sklearn solver over layers. `memory_gb` is the budget of all groups in flight.
+    workers : groups solved at the same time, one thread each (torch solver on CPU; default: torch's
+        thread count). 1 solves one group at a time with all of torch's threads.
     progress : show a progress bar over groups.
 
     Returns
@@ -185,22 +194,26 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
                 raise BabelprobeError(f"the hewitt control needs the items' concepts: pass --items ({err})") from err
         concepts = pd.Series(concepts_for(keys, items), index=keys.index)
     source = in_memory(store, layer_list, pool, memory_gb)  # after the cheap checks: fail fast
-    options = dict(n_folds=folds, fold_scheme=fold_scheme, seed=seed, Cs=Cs, inner_folds=inner_folds,
-                   controls=control_names, n_boot=n_boot, n_layers=store.n_layers, memory_gb=memory_gb,
-                   fit=dict(solver=solver, device=device, dtype=dtype, max_iter=max_iter, tol=tol, n_jobs=n_jobs,
-                            memory_gb=memory_gb))
-    parts = []
     groups = group_rows(keys, by)
-    for key, index in tqdm(groups, desc="probe", unit="group", disable=not progress):
-        name = group_name(by, key)
-        part = keys.loc[index]
+    workers = group_workers(workers, solver, device, len(groups))
+    share = memory_gb / workers  # the budget is shared by the groups in flight
+    options = dict(n_folds=folds, fold_scheme=fold_scheme, seed=seed, Cs=Cs, inner_folds=inner_folds,
+                   controls=control_names, n_boot=n_boot, n_layers=store.n_layers, memory_gb=share,
+                   fit=dict(solver=solver, device=device, dtype=dtype, max_iter=max_iter, tol=tol, n_jobs=n_jobs,
+                            memory_gb=share))
 
-        def read(chunk, index=index, name=name):
+    def one_group(group):
+        key, index = group
+        name = group_name(by, key)
+
+        def read(chunk):
             return read_checked(source, index, chunk, pool, name)
 
-        result = probe_group(read, part, layer_list, store.d_model, name=name,
+        result = probe_group(read, keys.loc[index], layer_list, store.d_model, name=name,
                              concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
-        parts.append(_label_group(result, by, key))
+        return _label_group(result, by, key)
+
+    parts = map_groups(one_group, groups, workers, progress)
     settings = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
                 "fold_scheme": fold_scheme, "folds": folds, "seed": seed, "inner_folds": inner_folds,
                 "controls": list(control_names), "n_boot": n_boot, "by": list(by), "layers": layer_list,
@@ -218,6 +231,56 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
         out.transfer = _transfer_with_diagonal(source, by, layer_list, table, pool=pool, progress=progress,
                                                C=_most_chosen_C(table), **options["fit"])
     return out
+
+
+def group_workers(workers: int | None, solver: str, device, n_groups: int) -> int:
+    """How many groups to solve at once: `workers` if given, else torch's thread count for the torch
+    solver on a CPU (1 on a GPU, and for the sklearn solver, which has its own `n_jobs`)."""
+    if workers is not None:
+        if workers < 1:
+            raise BabelprobeError(f"workers must be at least 1, got {workers}")
+        return min(workers, max(1, n_groups))
+    if solver != "torch":
+        return 1
+    import torch
+
+    from babelprobe.probes.solvers import resolve_device
+
+    if resolve_device(device).type != "cpu":
+        return 1
+    return max(1, min(torch.get_num_threads(), n_groups))
+
+
+def map_groups(fn, groups: list, workers: int, progress: bool) -> list:
+    """[fn(group) for group in groups], `workers` at a time in threads (each single-threaded), with a
+    progress bar; the first error stops the groups not yet started and is raised."""
+    bar = dict(desc="probe", unit="group", total=len(groups), disable=not progress)
+    if workers == 1:
+        return [fn(group) for group in tqdm(groups, **bar)]
+    with single_threaded(), ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(fn, group) for group in groups]
+        try:
+            for future in tqdm(futures, **bar):
+                future.exception()  # wait, in order
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()
+
+
+@contextmanager
+def single_threaded():
+    """torch and the BLAS libraries on one thread each (restored afterwards), for work spread over threads."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, name: str, n_folds: int,
