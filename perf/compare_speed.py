@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import timed  # noqa: E402  (perf/timing.py)
 
 from babelprobe.benchmarks.meta import meta_requests, prompt_texts, score_meta  # noqa: E402
 from babelprobe.cli.common import comma_list  # noqa: E402
@@ -57,13 +58,6 @@ def naive_answer_logprobs(lm, texts: list[str], starts: list[int], batch_size: i
                 sums.append(sum(logp[row, p - 1, enc.ids[p]].item() for p in positions))
                 exact.append(sum(logits[row, p - 1].double().log_softmax(-1)[enc.ids[p]].item() for p in positions))
     return np.array(sums), np.array(exact)
-
-
-def timed(fn):
-    """Result, wall seconds and CPU seconds (all threads) of fn()."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    return result, time.perf_counter() - wall, time.process_time() - cpu
 
 
 def work(lm, texts: list[str], starts: list[int]) -> dict:

@@ -3,7 +3,8 @@
 Both score the same tokens: BOS (added by the tokenizer) then every text token, each conditioned on
 everything before it, summed. minicons `IncrementalLMScorer.sequence_score` is fed batches in input
 order, as a user would; babelprobe sorts by length under a token budget and projects only real
-positions to the vocabulary. Prints both times, the ratio and the largest |Δscore|.
+positions to the vocabulary. They take turns for `--repeat` rounds and the fastest run of each counts
+(the machine's speed drifts). Prints both times, the ratio and the largest |Δscore|.
 Goal (issue 2): babelprobe at least 1.5x faster, equal scores.
 
     .venv/bin/python perf/direct_vs_minicons.py --n 500
@@ -12,10 +13,10 @@ Goal (issue 2): babelprobe at least 1.5x faster, equal scores.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import torch
+from timing import fastest  # perf/timing.py
 
 from babelprobe import load_items, load_model
 from babelprobe.benchmarks.logprobs import token_logprobs
@@ -29,6 +30,8 @@ def main() -> None:
     parser.add_argument("--minicons-batch", type=int, default=16)
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="rounds in which the two take turns; the fastest run of each counts (default 2)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -55,11 +58,8 @@ def main() -> None:
     token_logprobs(lm, texts[:8], progress=False)
     mc.sequence_score(texts[:8], reduction=lambda x: x.sum(0).item())
 
-    timings = {}
-    for name, fn in (("minicons", run_minicons), ("babelprobe", run_babelprobe)):
-        start = time.perf_counter()
-        scores = fn()
-        timings[name] = (time.perf_counter() - start, scores)
+    best = fastest({"minicons": run_minicons, "babelprobe": run_babelprobe}, args.repeat)
+    timings = {name: (wall, scores) for name, (scores, wall, _) in best.items()}
 
     t_mc, s_mc = timings["minicons"]
     t_bp, s_bp = timings["babelprobe"]

@@ -38,6 +38,8 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from timing import fastest  # noqa: E402  (perf/timing.py)
+
 from babelprobe.errors import BabelprobeError  # noqa: E402
 from babelprobe.probes import ArrayStore, sweep, synthetic_activations  # noqa: E402
 from babelprobe.probes.solvers import fit_predict  # noqa: E402
@@ -72,27 +74,6 @@ def sample_store(cache: Path, synthetic: bool, groups: int | None):
                                     subsets=subsets, signal=6, seed=0)
     keep = (keys.groupby(["language", "subset"], sort=False).ngroup() < n_groups).to_numpy()
     return ArrayStore(keys[keep], last=X[keep], n_layers=18), "synthetic, 120 items × 19 layers × 640 dims per group"
-
-
-def timed(fn):
-    """The result, wall seconds and CPU seconds of this process (threads included, worker processes not:
-    with one thread and one process, CPU time is the figure least disturbed by a busy machine)."""
-    start, cpu = time.perf_counter(), time.process_time()
-    result = fn()
-    return result, time.perf_counter() - start, time.process_time() - cpu
-
-
-def fastest(runs: dict, repeat: int) -> dict:
-    """{name: (result, wall, cpu)} of the fastest of `repeat` rounds, the runs taking turns within each
-    round: on a shared machine whose speed drifts, both sides then see the same drift, and the first
-    run of a process (page faults, first-call set-up) does not count."""
-    best = {}
-    for _ in range(repeat):
-        for name, fn in runs.items():
-            now = timed(fn)
-            if name not in best or now[1] < best[name][1]:
-                best[name] = now
-    return best
 
 
 def compare_solvers(args) -> None:

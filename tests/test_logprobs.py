@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from babelprobe.benchmarks.logprobs import length_batches, token_logprobs
+from babelprobe.benchmarks.logprobs import _logsumexp_, length_batches, token_logprobs
 from babelprobe.errors import BabelprobeError
 from tests.tiny import tiny_lm
 
@@ -107,3 +107,11 @@ def test_option_scores_are_continuations_of_the_prompt(tiny):
     option_tokens = [j for j in range(1, len(offsets)) if offsets[j][1] > len(prompt)]
     assert scores[0][1] == pytest.approx(full[[j - 1 for j in option_tokens]].sum(), abs=1e-5)
     assert choose(tiny, [prompt], [["dog", "cat", "eagle"]], progress=False)[0] == int(np.argmax(scores[0]))
+
+
+def test_in_place_logsumexp_matches_float64():
+    """The in-place log-sum-exp of the vocabulary projection against float64 on wide, large-valued rows."""
+    logits = torch.randn(6, 50_000, generator=torch.Generator().manual_seed(0)) * 20 + 300
+    logits[2] -= 600  # far below zero: shifting by the row maximum keeps exp() in range
+    expected = torch.logsumexp(logits.double(), dim=-1)
+    np.testing.assert_allclose(_logsumexp_(logits.clone()).double(), expected, rtol=1e-6)
