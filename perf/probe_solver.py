@@ -3,9 +3,9 @@
 The full sweep (every layer × language × subset × 5 grouped folds, no bootstrap or controls) runs on
 the same store with `solver="torch"` (all layers and folds of a group in one batched Newton solve,
 `--threads` groups at once) and `solver="sklearn"` (StandardScaler + LogisticRegression per fold and
-layer, the reference, in `--threads` processes), taking turns for `--repeat` rounds; the fastest run of
-each counts. It prints both times, their ratio, and the largest |ΔF1| between them over all groups and
-layers. Goal: ≥ 10× with |ΔF1| ≤ 0.01. scikit-learn's lbfgs stops at tol=1e-4, short of the optimum,
+layer, the reference, in `--threads` processes), taking turns for `--repeat` rounds (see perf/timing.py).
+It prints the fastest time of each, the median ratio within rounds, and the largest |ΔF1| between them
+over all groups and layers. Goal: ≥ 10× with |ΔF1| ≤ 0.01. scikit-learn's lbfgs stops at tol=1e-4, short of the optimum,
 so `--tight-groups` groups are also run with scikit-learn at tol=1e-6 to show which side a difference
 comes from (`--tight-groups 40`: all of them).
 
@@ -38,7 +38,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from timing import fastest  # noqa: E402  (perf/timing.py)
+from timing import fastest, median_ratio, rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe.errors import BabelprobeError  # noqa: E402
 from babelprobe.probes import ArrayStore, sweep, synthetic_activations  # noqa: E402
@@ -83,8 +83,9 @@ def compare_solvers(args) -> None:
           f"d_model {store.d_model}; {args.threads} thread(s)")
     common = dict(folds=5, n_boot=0, seed=args.seed)
     sweep(store, layers=[0], **common)  # warm up: imports, first calls
-    best = fastest({"torch": lambda: sweep(store, solver="torch", **common),
-                    "sklearn": lambda: sweep(store, solver="sklearn", n_jobs=args.threads, **common)}, args.repeat)
+    results = rounds({"torch": lambda: sweep(store, solver="torch", **common),
+                      "sklearn": lambda: sweep(store, solver="sklearn", n_jobs=args.threads, **common)}, args.repeat)
+    best = fastest(results)
     (torch_result, torch_s, torch_cpu), (sk_result, sk_s, sk_cpu) = best["torch"], best["sklearn"]
     print(f"torch   (batched Newton)        {torch_s:8.2f} s wall {torch_cpu:8.2f} s CPU   (fastest of {args.repeat})")
     print(f"sklearn (LogisticRegression)    {sk_s:8.2f} s wall {sk_cpu:8.2f} s CPU   ({args.threads} process(es), "
@@ -93,7 +94,8 @@ def compare_solvers(args) -> None:
     both = torch_result.table.merge(sk_result.table, on=keys, suffixes=("_torch", "_sk"))
     delta = (both["f1_mean_torch"] - both["f1_mean_sk"]).abs()
     cpu_ratio = f", {sk_cpu / torch_cpu:.1f}x in CPU time" if args.threads == 1 else ""
-    print(f"speed-up {sk_s / torch_s:.1f}x in wall time{cpu_ratio} (goal >= 10x); largest |dF1| over {len(both)} "
+    print(f"speed-up, median within rounds: {median_ratio(results, 'sklearn', 'torch')} in wall time{cpu_ratio} "
+          f"(goal >= 10x); largest |dF1| over {len(both)} "
           f"group-layers: {delta.max():.4f} (goal <= 0.01; the tol=1e-6 line below shows which side it comes "
           f"from); mean {delta.mean():.5f}")
     if args.tight_groups:
@@ -102,15 +104,16 @@ def compare_solvers(args) -> None:
         part = store.keys["item_id"].isin(rows).to_numpy()
         small = ArrayStore(store.keys[part], last=store.read_layers(rows=np.flatnonzero(part)), layers=store.layers,
                            n_layers=store.n_layers)
-        small_best = fastest({"torch": lambda: sweep(small, solver="torch", **common),
-                              "tight": lambda: sweep(small, solver="sklearn", tol=1e-6, n_jobs=args.threads, **common)},
-                             args.repeat)
+        small_results = rounds({"torch": lambda: sweep(small, solver="torch", **common),
+                                "tight": lambda: sweep(small, solver="sklearn", tol=1e-6, n_jobs=args.threads,
+                                                       **common)}, args.repeat)
+        small_best = fastest(small_results)
         (_, small_torch_s, _), (tight, tight_s, _) = small_best["torch"], small_best["tight"]
         check = tight.table.merge(both, on=keys)
         print(f"on {len(first)} groups, against sklearn converged further (tol=1e-6): largest |dF1| torch "
               f"{(check['f1_mean'] - check['f1_mean_torch']).abs().max():.4f}, sklearn at tol=1e-4 "
               f"{(check['f1_mean'] - check['f1_mean_sk']).abs().max():.4f}; time {tight_s:.2f} s against torch "
-              f"{small_torch_s:.2f} s ({tight_s / small_torch_s:.1f}x)")
+              f"{small_torch_s:.2f} s (median within rounds {median_ratio(small_results, 'tight', 'torch')})")
     peaks = torch_result.peaks
     print("peak layers (torch): " + ", ".join(f"{r.language}/{r.subset}:{r.peak_layer}" for r in peaks.itertuples()))
 
@@ -162,7 +165,7 @@ def main() -> None:
                         help="CPU cores to use: the torch sweep solves this many groups at once (one thread "
                         "each), the sklearn loop runs this many single-threaded processes")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of runs of each solver; the fastest counts (default 3)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds in which the two solvers take turns (default 3)")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "babelprobe" / "perf"),
                         help="where the extracted sample store is kept")
     parser.add_argument("--gpu", action="store_true", help="run the large GPU-against-CPU case instead")

@@ -260,8 +260,10 @@ def map_groups(fn, groups: list, workers: int, progress: bool) -> list:
     with single_threaded(), ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(fn, group) for group in groups]
         try:
-            for future in tqdm(futures, **bar):
-                future.exception()  # wait, in order
+            for future in tqdm(futures, **bar):  # in order
+                error = future.exception()
+                if error is not None:
+                    raise error
             return [future.result() for future in futures]
         finally:
             for future in futures:
