@@ -26,19 +26,6 @@ from tests.test_generate_http import SECRET, OpenAIStub
 from tests.tiny import tiny_lm
 
 
-@pytest.fixture(scope="module")
-def lm():
-    return tiny_lm("llama", max_positions=512)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, lm):
-    path = tmp_path_factory.mktemp("tiny-512")
-    lm.model.save_pretrained(path)
-    lm.tokenizer.save_pretrained(path)
-    return path
-
-
 def write_jsonl(path, records):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     return path
@@ -181,12 +168,12 @@ def test_llm_judge_uses_the_yes_no_prompt_with_the_context():
         judge_llm(rows.assign(context=""), judge)
 
 
-def test_run_with_the_local_generator(lm, tmp_path):
+def test_run_with_the_local_generator(tiny_long, tmp_path):
     questions = load_eclektic("eclektic-sample", languages=["en", "de"], limit=1)
-    rows = run_eclektic(local_generator(lm), questions, max_new_tokens=4, cache=tmp_path / "g.jsonl")
+    rows = run_eclektic(local_generator(tiny_long), questions, max_new_tokens=4, cache=tmp_path / "g.jsonl")
     assert {"pair_id", "language", "subset", "method", "correct", "prediction", "prompt"} <= set(rows.columns)
     assert rows["prompt"].str.endswith(("Answer:", "Antwort:")).all()
-    expected = local_generator(lm).generate(list(rows["prompt"]), max_new_tokens=4, stop=["\n"])
+    expected = local_generator(tiny_long).generate(list(rows["prompt"]), max_new_tokens=4, stop=["\n"])
     assert list(rows["prediction"]) == [e.strip() for e in expected]
     assert len((tmp_path / "g.jsonl").read_text().splitlines()) == 4
 
@@ -195,9 +182,9 @@ def cli(*args) -> int:
     return main(["bench", "eclektic", *map(str, args), "--no-progress"])
 
 
-def test_cli_writes_rows_summary_figure_and_resumes(model_dir, tmp_path, capsys):
+def test_cli_writes_rows_summary_figure_and_resumes(tiny_long_dir, tmp_path, capsys):
     out = tmp_path / "ek"
-    base = ["--model", model_dir, "--data", "eclektic-sample", "--langs", "en,de", "--limit", "1",
+    base = ["--model", tiny_long_dir, "--data", "eclektic-sample", "--langs", "en,de", "--limit", "1",
             "--max-new-tokens", "3", "--out", out]
     assert cli(*base) == 0
     printed = capsys.readouterr().out
@@ -214,17 +201,17 @@ def test_cli_writes_rows_summary_figure_and_resumes(model_dir, tmp_path, capsys)
     other.model.save_pretrained(other_dir)
     other.tokenizer.save_pretrained(other_dir)
     capsys.readouterr()
-    assert cli(*[other_dir if a == model_dir else a for a in base]) == 2
+    assert cli(*[other_dir if a == tiny_long_dir else a for a in base]) == 2
     err = capsys.readouterr().err  # (before it: the HF weight-loading progress bar)
     assert err.strip().splitlines()[-1].startswith("babelprobe: error:") and "--overwrite" in err
     assert "Traceback" not in err
-    assert cli(*[other_dir if a == model_dir else a for a in base], "--overwrite") == 0
+    assert cli(*[other_dir if a == tiny_long_dir else a for a in base], "--overwrite") == 0
 
 
-def test_cli_over_http_keeps_the_key_out_and_resumes_after_failures(lm, tmp_path, capsys, monkeypatch):
+def test_cli_over_http_keeps_the_key_out_and_resumes_after_failures(tiny_long, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("BP_TEST_KEY", SECRET)
     out = tmp_path / "ek-http"
-    local = local_generator(lm)
+    local = local_generator(tiny_long)
     args = ["--data", "eclektic-sample", "--langs", "en,de,fr", "--limit", "1", "--max-new-tokens", "3",
             "--api-key-env", "BP_TEST_KEY", "--retries", "1", "--timeout", "5", "--out", out]
     # A server that answers 5 requests and then fails for good: the run stops with a one-line error...

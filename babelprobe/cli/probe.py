@@ -52,7 +52,8 @@ def register(sub) -> None:
                         help="CPU threads of the torch solver: it solves this many groups at once, one thread "
                         "each (default: torch's thread count)")
     solver.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
-                        help="working memory of one group's solve (layers are chunked to fit; default 2)")
+                        help="working memory of the solver, shared by the groups solved at once (layers are chunked "
+                        "to fit; default 2)")
     controls = parser.add_argument_group("controls")
     controls.add_argument("--control", default="none", metavar="NAME",
                           help="none (default), shuffle, hewitt, or all; the majority baseline is always reported")
