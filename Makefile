@@ -78,5 +78,13 @@ $(OUT)/figures/report.md: $(OUT)/neuro.csv
 figures: setup
 	$(BP) report --results $(RESULTS) --out $(RESULTS)/figures
 
+# paper-xcomps: every XCOMPS figure and table (Figs. 2-6, 10-14, Tables 4-5 style; docs/fidelity.md) of a
+# compare directory made with --protocol paper; OTHER=DIR (a second model, same items) adds Figs. 9 and 13.
+OTHER ?=
+PROTOCOL ?= paper
+.PHONY: paper-xcomps
+paper-xcomps: setup
+	$(BP) report --results $(RESULTS) --out $(RESULTS)/paper-xcomps --protocol $(PROTOCOL) $(if $(OTHER),--other $(OTHER))
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -34,8 +34,11 @@ _EXPORTS = {
     "extract_activations": "extract.run:extract", "open_store": "extract.store", "verify_store": "extract.store",
     "write_store": "extract.store", "Store": "extract.store",
     "sweep": "probes.run", "ProbeResult": "probes.run", "ArrayStore": "probes.source",
-    "transfer_matrix": "probes.crosslingual",
+    "transfer_matrix": "probes.crosslingual", "load_probes": "probes.weights", "Probes": "probes.weights",
     "compare": "comparison", "compare_models": "comparison", "CompareResult": "comparison",
+    "intervene": "interventions.run", "InterventionResult": "interventions.run", "Intervention": "interventions.edits",
+    "plot_effect_by_layer": "analysis.interventions", "plot_dose_response": "analysis.interventions",
+    "plot_f1_vs_effect": "analysis.interventions",
     "run_benchmark": "benchmarks.base", "Models": "benchmarks.base",
     "write_report": "analysis.report", "load_results": "analysis.report", "save_figure": "analysis.style:save",
     "accuracy_table": "analysis.summary", "accuracy_pivot": "analysis.summary",
@@ -45,6 +48,8 @@ _EXPORTS = {
     "plot_method_correlations": "analysis.figures", "plot_peak_heatmap": "analysis.figures",
     "plot_peak_typology": "analysis.figures", "plot_transfer": "analysis.figures",
     "plot_benchmark": "analysis.benchmarks",
+    "lens_table": "latent.lens", "meta_lens": "latent.lens", "lens_curves": "latent.lens", "token_set": "latent.tokens",
+    "align_layers": "latent.align", "linear_cka": "latent.align", "retrieval_accuracy": "latent.align",
 }
 
 __all__ = ["BabelprobeError", *_EXPORTS]

@@ -34,8 +34,15 @@ BUNDLED = {s.name: s for s in (
                "StingrayBench-style false friends and true cognates (en-de, zh-ja), written for babelprobe"),
     BundledSet("eclektic-sample", "eclektic", "eclektic_sample/eclektic_sample.jsonl",
                "ECLeKTiC-style closed-book questions in 5 languages, written for babelprobe"),
+    BundledSet("eclektic-popular-sample", "eclektic", "eclektic_sample/eclektic_popular_sample.jsonl",
+               "ECLeKTiC 'popular pages'-style questions (§5), asked only in some target languages, written for "
+               "babelprobe"),
     BundledSet("consistency-sample", "consistency", "consistency_sample/pawsx_sample.jsonl",
                "PAWS-X-style paraphrase pairs with de/fr/zh references, written for babelprobe"),
+    BundledSet("consistency-xnli-sample", "consistency", "consistency_sample/xnli_sample.jsonl",
+               "XNLI-style premise/hypothesis pairs with de/zh references, written for babelprobe"),
+    BundledSet("pitfalls-sample", "pitfalls", "pitfalls_sample",
+               "Cross-Lingual Pitfalls-style bilingual questions (French, German, Chinese), written for babelprobe"),
 )}
 
 

@@ -54,6 +54,7 @@ def language_code(name: str) -> str:
     return codes[name.lower()]
 
 
+@cache
 def separator(language: str) -> str:
     """What joins a COMPS prefix and its continuation in `language` (a space; nothing in zh, ja)."""
     table = language_table()

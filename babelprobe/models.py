@@ -10,6 +10,13 @@ It returns a `LoadedModel`: the HF model and tokenizer plus what the other stage
 layers, d_model, the BOS policy, the context length and a fingerprint (hash of config, weights and
 tokenizer) that stores and result files record so that mixing models is detected.
 
+A model larger than one device is loaded with `device_map` ("auto", "balanced", "sequential" or an explicit
+{module: device} map, optionally `max_memory`): accelerate's dispatch spreads its blocks over the GPUs,
+then CPU memory, then disk (an offload folder). `LoadedModel.device` is then the input device (where the
+embeddings run): batches go there, and each block moves its inputs to its own device. `load_remote_model`
+builds a model of config and tokenizer only (weights on the meta device) for a backend that runs the
+forward pass elsewhere (nnsight on NDIF).
+
 All stages tokenise through `LoadedModel.encode`, so scorers and extractors see the same tokens, and
 batch them the same way (`length_batches`: sorted by length under a token budget; `pad_batch`:
 padding on either side with position ids that make results independent of it).
@@ -121,12 +128,15 @@ class Parts:
     final_norm: nn.Module | None
     head: nn.Module  # hidden state -> vocabulary logits
     softcap: float | None  # Gemma-2 style final logit soft-capping, applied after `head`
+    device: torch.device | None = None  # the input device; logits come back there (a dispatched head may be elsewhere)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """What the HF CausalLM forward computes from final hidden states (after the final norm)."""
         out = self.head(hidden)
         if self.softcap:
             out = torch.tanh(out / self.softcap) * self.softcap
+        if self.device is not None and out.device != self.device:
+            out = out.to(self.device)
         return out
 
 
@@ -157,6 +167,7 @@ class LoadedModel:
     bos_token_id: int | None
     max_length: int
     parts: Parts = field(repr=False)
+    remote: str | None = None  # "org/name@revision" of a model whose forward pass runs remotely (no weights here)
 
     @property
     def n_layers(self) -> int:
@@ -180,10 +191,19 @@ class LoadedModel:
         'none': the tokenizer has no BOS token, so a text's first token has no context and is not scored."""
         return "bos" if self.bos_token_id is not None else "none"
 
+    @property
+    def device_map(self) -> dict | None:
+        """Where accelerate's dispatch put each module ({name: device}), or None for a model on one device."""
+        found = getattr(self.model, "hf_device_map", None)
+        return {name: str(where) for name, where in found.items()} if found else None
+
     def describe(self) -> dict:
-        return {"model": self.name, "fingerprint": self.fingerprint, "n_layers": self.n_layers,
-                "d_model": self.d_model, "bos_policy": self.bos_policy, "max_length": self.max_length,
-                "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch.")}
+        out = {"model": self.name, "fingerprint": self.fingerprint, "n_layers": self.n_layers,
+               "d_model": self.d_model, "bos_policy": self.bos_policy, "max_length": self.max_length,
+               "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch.")}
+        if self.device_map:
+            out["device_map"] = self.device_map
+        return out
 
     def encode(self, texts: list[str], names: list[str] | None = None, truncate: bool = False) -> list[Encoding]:
         """Tokenise without the tokenizer's own special tokens, then put BOS first (the BOS policy).
@@ -212,10 +232,65 @@ class LoadedModel:
 
 def load_model(spec: str = "default", device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None, revision: str | None = None,
-               trust_remote_code: bool = False) -> LoadedModel:
-    """Load `spec` (see module docstring) on `device` (auto: cuda, mps, cpu) in `dtype` (bf16 on GPU, fp32 on CPU)."""
+               trust_remote_code: bool = False, device_map: str | dict | None = None,
+               max_memory: str | dict | None = None, offload_folder: str | Path | None = None) -> LoadedModel:
+    """Load `spec` (see module docstring) on `device` (auto: cuda, mps, cpu) in `dtype` (bf16 on GPU, fp32 on CPU).
+
+    `device_map` ("auto", "balanced", "balanced_low_0", "sequential" or {module name: device}) loads the
+    model across devices through accelerate instead (`device` must then be None); `max_memory` caps
+    each device ({0: "20GiB", "cpu": "60GiB"} or "0=20GiB,cpu=60GiB"); modules that fit nowhere go to
+    disk, into `offload_folder` (default: a temporary folder in the cache, removed at exit)."""
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise BabelprobeError("--max-memory and --offload-folder need --device-map (e.g. --device-map auto)")
+    if device_map is not None and device is not None:
+        raise BabelprobeError("choose either --device or --device-map, not both")
     device = torch.device(device) if device is not None else auto_device()
     dtype = parse_dtype(dtype) or auto_dtype(device)
+    directory, name = _model_directory(spec, revision, trust_remote_code)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    placement = {} if device_map is None else dispatch_options(device_map, max_memory, offload_folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                     **placement)
+    except (OSError, ValueError) as err:
+        raise BabelprobeError(f"cannot load model from {directory}: {str(err).splitlines()[0]}") from err
+    if device_map is None:
+        model = model.to(device)
+    return wrap_model(model, tokenizer, name=name,
+                      fingerprint=fingerprint(model.config, tokenizer, _weight_files(directory)))
+
+
+def load_remote_model(spec: str, revision: str | None = None, dtype: str | torch.dtype | None = None) -> LoadedModel:
+    """A hub model's config and tokenizer with its weights on the meta device (nothing downloaded but
+    JSON and tokenizer files), for a backend that runs the forward pass remotely (nnsight on NDIF).
+    Its fingerprint covers the config, the tokenizer and the hub id and revision: the remote weights
+    cannot be hashed here."""
+    if not _looks_like_hub_id(spec):
+        raise BabelprobeError(f"a remote model must be a hub id like 'meta-llama/Llama-3.1-8B[@revision]', got {spec!r}")
+    repo, _, rev = spec.partition("@")
+    revision = revision or rev or None
+    directory = _download(repo, revision, with_weights=False)
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        config = AutoConfig.from_pretrained(directory)
+    except (OSError, ValueError) as err:
+        raise BabelprobeError(f"cannot read the config or tokenizer of {spec}: {str(err).splitlines()[0]}") from err
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=parse_dtype(dtype) or torch.bfloat16)
+    h = hashlib.sha256(f"remote:{repo}@{revision or 'main'}".encode())
+    h.update(_config_json(config).encode() + _tokenizer_json(tokenizer).encode())
+    lm = wrap_model(model, tokenizer, name=repo, fingerprint=h.hexdigest()[:16])
+    lm.device = lm.parts.device = torch.device("cpu")  # inputs are built here and shipped with the request
+    lm.remote = f"{repo}@{revision}" if revision else repo
+    return lm
+
+
+def _model_directory(spec: str, revision: str | None, trust_remote_code: bool) -> tuple[Path, str]:
+    """The local directory holding `spec` (converted or downloaded as needed) and the model's name."""
     if spec == "default":
         directory, name = _converted_default(), DEFAULT_MODEL_NAME
     elif spec.endswith(".gguf"):
@@ -233,16 +308,64 @@ def load_model(spec: str = "default", device: str | torch.device | None = None,
                               "a hub id like 'google/gemma-3-270m[@revision]', or a .gguf file")
     if not (directory / "config.json").exists():
         raise BabelprobeError(f"model directory {directory} has no config.json")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    return directory, name
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype,
-                                                     trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as err:
-        raise BabelprobeError(f"cannot load model from {directory}: {str(err).splitlines()[0]}") from err
-    return wrap_model(model.to(device), tokenizer, name=name,
-                      fingerprint=fingerprint(model.config, tokenizer, _weight_files(directory)))
+
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def parse_max_memory(max_memory: str | dict | None) -> dict | None:
+    """{0: "20GiB", "cpu": "60GiB"} from "0=20GiB,cpu=60GiB" (GPU indices become ints, as accelerate wants)."""
+    if max_memory is None or isinstance(max_memory, dict):
+        return None if max_memory is None else {_device_key(k): v for k, v in max_memory.items()}
+    out = {}
+    for part in (p.strip() for p in max_memory.split(",") if p.strip()):
+        key, sep, size = part.partition("=")
+        if not sep or not key.strip() or not size.strip():
+            raise BabelprobeError(f"--max-memory {max_memory!r}: write DEVICE=SIZE pairs like 0=20GiB,1=20GiB,cpu=60GiB")
+        out[_device_key(key.strip())] = size.strip()
+    return out
+
+
+def _device_key(key):
+    key = str(key)
+    if key.isdigit():
+        return int(key)
+    if key.startswith("cuda:") and key[5:].isdigit():
+        return int(key[5:])
+    if key in ("cpu", "disk", "mps"):
+        return key
+    raise BabelprobeError(f"--max-memory: unknown device {key!r}; use a GPU index (0, 1, ...), cpu or disk")
+
+
+def dispatch_options(device_map: str | dict, max_memory=None, offload_folder=None) -> dict:
+    """`from_pretrained` keywords that spread a model over devices through accelerate."""
+    if isinstance(device_map, str) and device_map not in DEVICE_MAPS:
+        raise BabelprobeError(f"unknown --device-map {device_map!r}; use one of {', '.join(DEVICE_MAPS)}")
+    if offload_folder is None:
+        offload_folder = tempfile.mkdtemp(dir=cache_dir(), prefix=".offload-")
+        import atexit
+
+        atexit.register(shutil.rmtree, offload_folder, ignore_errors=True)
+    options = {"device_map": device_map, "offload_folder": str(offload_folder)}
+    memory = parse_max_memory(max_memory)
+    if memory:
+        options["max_memory"] = memory
+    return options
+
+
+def input_device(model: nn.Module) -> torch.device:
+    """Where a model's inputs go: the device its embeddings compute on (under accelerate's dispatch the
+    execution device of their hook, since offloaded weights sit on the meta device), else its first
+    parameter's device."""
+    embed = model.get_input_embeddings()
+    hook = getattr(embed, "_hf_hook", None)
+    where = getattr(hook, "execution_device", None)
+    if where is not None:
+        return torch.device(f"cuda:{where}" if isinstance(where, int) else where)
+    param = next(embed.parameters(), None)
+    param = param if param is not None else next(model.parameters())
+    return torch.device("cpu") if param.device.type == "meta" else param.device
 
 
 def wrap_model(model: nn.Module, tokenizer, name: str = "in-memory", fingerprint: str | None = None) -> LoadedModel:
@@ -253,10 +376,12 @@ def wrap_model(model: nn.Module, tokenizer, name: str = "in-memory", fingerprint
     param = next(model.parameters())
     config = model.config
     max_length = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    parts = model_parts(model)
+    parts.device = input_device(model)
     return LoadedModel(model=model, tokenizer=tokenizer, name=name,
                        fingerprint=fingerprint or _in_memory_fingerprint(model, tokenizer),
-                       device=param.device, dtype=param.dtype, bos_token_id=tokenizer.bos_token_id,
-                       max_length=int(max_length or tokenizer.model_max_length), parts=model_parts(model))
+                       device=parts.device, dtype=param.dtype, bos_token_id=tokenizer.bos_token_id,
+                       max_length=int(max_length or tokenizer.model_max_length), parts=parts)
 
 
 def _looks_like_hub_id(spec: str) -> bool:
@@ -264,12 +389,13 @@ def _looks_like_hub_id(spec: str) -> bool:
     return repo.count("/") == 1 and not repo.startswith((".", "/", "~")) and all(repo.split("/"))
 
 
-def _download(repo: str, revision: str | None, with_code: bool = False) -> Path:
+def _download(repo: str, revision: str | None, with_code: bool = False, with_weights: bool = True) -> Path:
     """Config, tokenizer and safetensors weights only: no pickled `.bin` checkpoints, and the repository's
     Python files only when remote code is explicitly trusted."""
     from huggingface_hub import snapshot_download
 
-    patterns = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", *(["*.py"] if with_code else [])]
+    patterns = ["*.json", *(["*.safetensors"] if with_weights else []), "*.model", "*.txt", "*.tiktoken",
+                *(["*.py"] if with_code else [])]
     try:
         return Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
     except Exception as err:  # network, auth, missing repo: all user-facing

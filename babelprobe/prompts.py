@@ -25,6 +25,7 @@ import pandas as pd
 
 from babelprobe.bundled import DATA
 from babelprobe.errors import BabelprobeError
+from babelprobe.tables import read_text
 
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -48,12 +49,7 @@ def unescape(text: str) -> str:
 def read_prompts(source: str | Path, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -> pd.DataFrame:
     """The rows of a prompt file with the given (required, non-empty) `columns` and `optional` ones."""
     path = prompt_path(source)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise BabelprobeError(f"{path}: not UTF-8 text (byte {err.start}); re-save it as UTF-8") from err
-    except OSError as err:
-        raise BabelprobeError(f"{path}: cannot read ({err.strerror})") from err
+    lines = read_text(path).splitlines()
     numbered = [(n, line) for n, line in enumerate(lines, start=1) if line.strip() and not line.startswith("#")]
     if not numbered:
         raise BabelprobeError(f"{path}: no header row")

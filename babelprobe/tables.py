@@ -3,16 +3,22 @@
 Every result file babelprobe writes goes through `write_table`: it writes to a temporary file in the
 same directory and renames it into place, so a crash never leaves a half-written table under its
 final name and an earlier result stays intact until the new one is complete.
+
+A list-valued field (say COMPS-WUGS's `nonsense_words`) is written to CSV as a JSON list
+(`["wug", "fep"]`), not as Python's or numpy's repr, and `read_table` turns such a column back into
+lists (`decode_json_lists`); JSON and Parquet keep lists as they are.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
@@ -87,7 +93,7 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
         raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(FORMATS)}")
     with atomic_path(path) as tmp:
         if path.suffix == ".csv":
-            frame.to_csv(tmp, index=False)
+            encode_json_lists(frame).to_csv(tmp, index=False)
         elif path.suffix == ".parquet":
             frame.to_parquet(tmp, index=False)
         elif path.suffix == ".jsonl":
@@ -97,14 +103,78 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
     return path
 
 
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of a file a user gave; a one-line error naming it when it cannot be read."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise BabelprobeError(f"{path}: not UTF-8 text (byte {err.start}); re-save it as UTF-8") from err
+    except OSError as err:
+        raise BabelprobeError(f"{path}: cannot read ({err.strerror})") from err
+
+
 def read_table(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise BabelprobeError(f"result table {path} does not exist")
     if path.suffix == ".csv":
-        return pd.read_csv(path, keep_default_na=False, na_values=[""])
+        return decode_json_lists(pd.read_csv(path, keep_default_na=False, na_values=[""]))
     if path.suffix == ".parquet":
         return pd.read_parquet(path)
     if path.suffix in (".jsonl", ".json"):
         return pd.read_json(path, orient="records", lines=path.suffix == ".jsonl")
     raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(FORMATS)}")
+
+
+# ---------------------------------------------------------------------------------- list-valued cells
+
+CONTAINERS = (list, tuple, dict, np.ndarray)
+
+
+def encode_json_lists(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with every list, tuple, dict or array cell as JSON text (for CSV); other cells unchanged."""
+    columns = [c for c in frame.columns if frame[c].dtype == object
+               and frame[c].map(lambda v: isinstance(v, CONTAINERS)).any()]
+    if not columns:
+        return frame
+    frame = frame.copy()
+    for column in columns:
+        frame[column] = frame[column].map(lambda v: json.dumps(_plain(v), ensure_ascii=False)
+                                          if isinstance(v, CONTAINERS) else v)
+    return frame
+
+
+def decode_json_lists(frame: pd.DataFrame, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """`frame` with each text column whose every non-empty cell is a JSON list turned into lists (the
+    CSV form `encode_json_lists` writes). Columns in `keep` stay text; anything else (numpy's old
+    `['wug' 'fep']` form included) is left as it is."""
+    for column in frame.columns:
+        if column in keep or not pd.api.types.is_string_dtype(frame[column]):  # object or str columns
+            continue
+        cells = frame[column].dropna()
+        cells = cells[cells != ""]
+        if cells.empty or not cells.map(lambda v: isinstance(v, str) and v.startswith("[") and v.endswith("]")).all():
+            continue
+        try:
+            decoded = dict(zip(cells.index, cells.map(json.loads)))
+        except ValueError:
+            continue
+        if all(isinstance(v, list) for v in decoded.values()):
+            frame = frame.copy()
+            frame[column] = pd.Series([decoded.get(i, v) for i, v in frame[column].items()], index=frame.index,
+                                      dtype=object)
+    return frame
+
+
+def _plain(value):
+    """A JSON-serialisable copy of a cell: arrays and numpy scalars become lists and Python numbers."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value

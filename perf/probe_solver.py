@@ -1,9 +1,10 @@
 """How much faster the batched torch probe solver is than a scikit-learn loop, measured in the same run.
 
 The full sweep (every layer × language × subset × 5 grouped folds, no bootstrap or controls) runs on
-the same store with `solver="torch"` (all layers and folds of a group in one batched Newton solve,
-`--threads` groups at once) and `solver="sklearn"` (StandardScaler + LogisticRegression per fold and
-layer, the reference, in `--threads` processes), taking turns for `--repeat` rounds (see perf/timing.py).
+the same store with `solver="torch"` (all layers and folds of a group in one batched solve, `--threads`
+groups at once) and `solver="sklearn"` (StandardScaler + LogisticRegression per fold and layer, the
+reference, in `--threads` processes), taking turns for `--repeat` rounds (see perf/timing.py). Both fit
+the same problems: the 5 folds and the all-items probe that the sweep keeps, per group and layer.
 It prints the fastest time of each, the median ratio within rounds, and the largest |ΔF1| between them
 over all groups and layers. Goal: ≥ 10× with |ΔF1| ≤ 0.01. scikit-learn's lbfgs stops at tol=1e-4, short of the optimum,
 so `--tight-groups` groups are also run with scikit-learn at tol=1e-6 to show which side a difference
@@ -15,11 +16,22 @@ uses planted-signal activations of the same shape (120 items per group).
 
     .venv/bin/python perf/probe_solver.py                   # real sample store (extracts it once)
     .venv/bin/python perf/probe_solver.py --synthetic --groups 8
+    .venv/bin/python perf/probe_solver.py --scale           # the table from the sample to 8000 × 4096
     .venv/bin/python perf/probe_solver.py --gpu             # large synthetic case, GPU against CPU
 
+`--scale`: one row per size, each `--repeat` rounds in which three runs take turns: the torch sweep
+(`solver="torch"`, which picks exact Newton or L-BFGS by size), the scikit-learn sweep at its default
+tol=1e-4 (the time baseline) and at tol=1e-6 ("converged": the reference for |ΔF1|). Sizes (`--sizes`):
+136×640 is the real sample store as above (40 groups of 136 items, 19 layers); the others are one
+synthetic group of that many items × dims (`synthetic_activations`: minimal pairs, planted signal;
+its layers 1 and 2, `--scale-layers`). Same protocol everywhere: 5 grouped folds, no controls, no
+bootstrap; torch with `--threads` threads (groups side by side, or one group's layers in threads),
+scikit-learn with `--threads` processes (n_jobs, over layers), BLAS single-threaded in each.
+
 `--gpu`: one group of 20k items × 33 layers × 4096 dims (the scale of Llama-8B on full XCOMPS), 5 folds,
-on CUDA; the CPU is timed on `--cpu-layers` of them and scaled to all layers (it is far too slow to run
-whole). Both use the same code; the sizes are options, so it can be checked small on a CPU machine:
+on CUDA; the CPU torch solver and the scikit-learn loop (`--threads` processes) are timed on
+`--cpu-layers` of them and scaled to all layers (they are far too slow to run whole). Both use the same
+code; the sizes are options, so it can be checked small on a CPU machine:
 `--gpu --device cpu --items 2000 --layers 3 --dim 256`.
 
 Timings on a shared machine are noisy: compare ratios, re-run on a quiet one.
@@ -118,6 +130,74 @@ def compare_solvers(args) -> None:
     print("peak layers (torch): " + ", ".join(f"{r.language}/{r.subset}:{r.peak_layer}" for r in peaks.itertuples()))
 
 
+def scale_store(n: int, d: int, layers: int, seed: int):
+    """One synthetic group of n items (n/2 minimal pairs) × d dims at `layers` layers with a planted signal
+    (layers 1..L of `synthetic_activations`; layer 0 has none)."""
+    keys, X = synthetic_activations(n_pairs=n // 2, n_layers=layers, d_model=d, signal=6, seed=seed)
+    store = ArrayStore(keys, last=X[:, 1:], layers=list(range(1, layers + 1)), n_layers=layers)
+    return store, f"synthetic, 1 group × {n} items × {layers} layers × {d} dims"
+
+
+def scale_row(store, what: str, args) -> dict:
+    """Time the three sweeps on one store in rounds; the row of the table."""
+    groups = store.keys.groupby(["language", "subset"]).ngroups
+    print(f"\n{what}: {groups} group(s) × {len(store.layers)} layers, d_model {store.d_model}", flush=True)
+    common = dict(folds=5, n_boot=0, seed=args.seed)
+    sweep(store, layers=[store.layers[0]], **common)  # warm up: first calls of this shape
+    runs = {"torch": lambda: sweep(store, solver="torch", **common),
+            "sklearn": lambda: sweep(store, solver="sklearn", n_jobs=args.threads, **common),
+            "converged": lambda: sweep(store, solver="sklearn", tol=1e-6, n_jobs=args.threads, **common)}
+    results = rounds(runs, args.repeat)
+    best = fastest(results)
+    keys = ["language", "subset", "layer"]
+    f1 = {name: best[name][0].table.set_index(keys)["f1_mean"] for name in runs}
+    row = {"size": f"{store.keys.groupby(['language', 'subset']).size().max()} × {store.d_model}",
+           "what": what, "layers": len(store.layers), "groups": groups,
+           "method": "/".join(sorted(set(best["torch"][0].probes.groups["method"]))),
+           **{f"{name}_s": best[name][1] for name in runs},
+           "ratio": median_ratio(results, "sklearn", "torch"),
+           "ratio_converged": median_ratio(results, "converged", "torch"),
+           "cpu": {name: best[name][2] for name in runs},
+           "df1_torch": float((f1["torch"] - f1["converged"]).abs().max()),
+           "df1_sklearn": float((f1["sklearn"] - f1["converged"]).abs().max()),
+           "f1": f"{f1['converged'].min():.2f}–{f1['converged'].max():.2f}"}
+    print(f"  torch ({row['method']}) {row['torch_s']:.2f} s; sklearn tol 1e-4 {row['sklearn_s']:.2f} s, speed-up "
+          f"{row['ratio']}; sklearn tol 1e-6 {row['converged_s']:.2f} s, speed-up {row['ratio_converged']}; "
+          f"largest |dF1| against sklearn tol 1e-6: torch {row['df1_torch']:.4f}, sklearn tol 1e-4 "
+          f"{row['df1_sklearn']:.4f} (F1 range {row['f1']})", flush=True)
+    if args.threads == 1:  # everything ran in this process: CPU time is comparable, and robust to a busy machine
+        cpu = row["cpu"]
+        print(f"  CPU time: torch {cpu['torch']:.2f} s, sklearn tol 1e-4 {cpu['sklearn']:.2f} s "
+              f"({cpu['sklearn'] / cpu['torch']:.1f}x), tol 1e-6 {cpu['converged']:.2f} s "
+              f"({cpu['converged'] / cpu['torch']:.1f}x)", flush=True)
+    return row
+
+
+def scale_table(args) -> None:
+    """The speed-up from the bundled sample's size to research scale, torch against scikit-learn."""
+    print(f"protocol: sweep(folds=5 grouped, n_boot=0, no controls), the all-items probe kept; torch: --threads "
+          f"{args.threads} (groups side by side, or one group's layers in threads); scikit-learn: n_jobs="
+          f"{args.threads} processes over layers, BLAS one thread each; {args.repeat} round(s), turns alternating; "
+          "times: the fastest round; speed-up: median of the within-round ratios", flush=True)
+    sweep(scale_store(40, 16, 1, 0)[0], solver="sklearn", n_jobs=args.threads, n_boot=0)  # start the worker processes
+    table = []
+    for size in args.sizes.split(","):
+        n, d = (int(v) for v in size.lower().split("x"))
+        if (n, d) == (136, 640) and not args.synthetic:
+            store, what = sample_store(Path(args.cache), False, args.groups)
+        else:
+            store, what = scale_store(n, d, args.scale_layers, args.seed)
+        table.append(scale_row(store, what, args))
+        del store
+    print("\n| items × dims | groups × layers | torch method | torch | sklearn (tol 1e-4) | speed-up | "
+          "sklearn (tol 1e-6) | speed-up | max abs dF1 vs tol 1e-6: torch / sklearn 1e-4 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in table:
+        print(f"| {row['size']} | {row['groups']} × {row['layers']} | {row['method']} | {row['torch_s']:.2f} s | "
+              f"{row['sklearn_s']:.2f} s | {row['ratio'].split(' ')[0]} | {row['converged_s']:.2f} s | "
+              f"{row['ratio_converged'].split(' ')[0]} | {row['df1_torch']:.4f} / {row['df1_sklearn']:.4f} |")
+
+
 def gpu_case(args) -> None:
     """20k items × 33 layers × 4096 dims, 5 folds, one group: GPU time against (extrapolated) CPU time."""
     device = torch.device(args.device or "cuda")
@@ -136,11 +216,11 @@ def gpu_case(args) -> None:
     y = np.tile(labels, (5, 1))
     print(f"large case: {n} items × {L} layers × {d} dims, 5 folds ({int(train[0].sum())} training rows each)")
 
-    def run(on, layers):
+    def run(on, layers, **options):
         if on.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()
-        scores = fit_predict(X[:, :layers], y, train, 1.0, device=on, memory_gb=args.memory_gb)
+        scores = fit_predict(X[:, :layers], y, train, 1.0, device=on, memory_gb=args.memory_gb, **options)
         if on.type == "cuda":
             torch.cuda.synchronize()
         return scores, time.perf_counter() - start
@@ -154,6 +234,12 @@ def gpu_case(args) -> None:
     print(f"cpu: {slow_s:.2f} s for {cpu_layers} layer(s) -> {per_layer * L:.1f} s for {L} layers (scaled)")
     print(f"speed-up {per_layer * L / fast_s:.1f}x; largest |score difference| on the CPU layers "
           f"{np.abs(fast[:, :cpu_layers] - slow).max():.2e}")
+    reference, reference_s = run(torch.device("cpu"), cpu_layers, solver="sklearn", n_jobs=args.threads)
+    per_layer = reference_s / cpu_layers
+    print(f"sklearn loop (tol 1e-4, {args.threads} processes): {reference_s:.2f} s for {cpu_layers} layer(s) -> "
+          f"{per_layer * L:.1f} s for {L} layers (scaled); speed-up of {device} {per_layer * L / fast_s:.1f}x "
+          f"(goal >= 100x); decisions that differ on the CPU layers: "
+          f"{((fast[:, :cpu_layers] > 0) != (reference > 0)).mean():.2%}")
 
 
 def main() -> None:
@@ -168,6 +254,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds in which the two solvers take turns (default 3)")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "babelprobe" / "perf"),
                         help="where the extracted sample store is kept")
+    parser.add_argument("--scale", action="store_true", help="the table over sizes (--sizes) instead")
+    parser.add_argument("--sizes", default="136x640,1000x1024,4000x2048,8000x4096",
+                        help="--scale: items × dims per row; 136x640 is the real sample store (unless --synthetic)")
+    parser.add_argument("--scale-layers", type=int, default=2, help="--scale: layers of the synthetic groups")
     parser.add_argument("--gpu", action="store_true", help="run the large GPU-against-CPU case instead")
     parser.add_argument("--device", help="--gpu: the fast device (default cuda)")
     parser.add_argument("--items", type=int, default=20_000)
@@ -178,7 +268,12 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with threadpool_limits(args.threads):
-        gpu_case(args) if args.gpu else compare_solvers(args)
+        if args.scale:
+            scale_table(args)
+        elif args.gpu:
+            gpu_case(args)
+        else:
+            compare_solvers(args)
 
 
 if __name__ == "__main__":

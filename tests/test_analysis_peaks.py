@@ -120,7 +120,7 @@ def test_typology_averages_and_spread_across_languages():
                           "peak_relative_depth": [4 / 18, 8 / 18, 9 / 18, 12 / 18, 6 / 18],
                           "peak_f1": [0.7, 0.8, 0.9, 0.6, 0.75]})
     out = typology_peaks(peaks).set_index("typology")
-    assert list(out.index) == ["analytic", "inflectional", "agglutinative"]
+    assert list(out.index) == ["inflectional", "agglutinative"]  # en is not in XCOMPS Table 3: left out
     assert out.loc["inflectional", "peak_layer_mean"] == pytest.approx(np.mean([4, 8, 9]))
     assert out.loc["inflectional", "peak_layer_sd"] == pytest.approx(np.std([4, 8, 9], ddof=1))
     assert (out.loc["inflectional", "peak_layer_min"], out.loc["inflectional", "peak_layer_max"]) == (4, 9)

@@ -82,6 +82,29 @@ def test_second_run_reuses_every_stage(first_run, monkeypatch):
     pd.testing.assert_frame_equal(again.items, result.items)
 
 
+def test_other_meta_wording_reruns_meta_only(first_run, tmp_path, monkeypatch):
+    import shutil
+
+    import babelprobe.comparison as cmp
+    import babelprobe.extract as extract_pkg
+    import babelprobe.probes as probes
+
+    lm, out, result = first_run
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy, ignore=shutil.ignore_patterns("acts"))
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a finished stage was recomputed")
+
+    for module, name in ((cmp, "score_direct"), (extract_pkg, "extract"), (probes, "sweep")):
+        monkeypatch.setattr(module, name, fail)
+    again = compare(lm, items_frame(), copy, acts=out / "acts", folds=3, prompts="xcomps-babelprobe", progress=False)
+    before, after = (r.per_method["meta"].query("language == 'de'")["prompt_gf"].iloc[0] for r in (result, again))
+    assert before.startswith("Welches Konzept hat am wahrscheinlichsten")  # XCOMPS Figure 8, the default
+    assert after.startswith("Welches Konzept hat am ehesten")  # babelprobe's own wording
+    assert (again.per_method["meta"]["prompt_set"] == "xcomps-babelprobe").all()
+
+
 def test_another_model_is_refused_without_overwrite(first_run):
     _, out, _ = first_run
     with pytest.raises(BabelprobeError, match="holds a comparison of another model or item set"):

@@ -14,7 +14,7 @@ from babelprobe.items import load_items
 from babelprobe.probes import ProbeResult, sweep
 from tests.tiny import tiny_lm
 
-LANGUAGES = ("en", "zh", "de", "ja")  # analytic, analytic, inflectional, agglutinative
+LANGUAGES = ("en", "zh", "de", "ja")  # not in XCOMPS Table 3, analytic, inflectional, agglutinative
 CONCEPTS = [("dog", "cat", "can bark"), ("eagle", "chair", "can fly"), ("fish", "tree", "can swim"),
             ("cat", "spoon", "can climb trees"), ("horse", "cup", "has four legs"), ("bird", "stone", "has wings")]
 
@@ -104,16 +104,18 @@ def test_layer_curves_of_the_subset_average_in_relative_depth(results, tmp_path)
     assert_fits_and_no_overlap(fig, tmp_path, "curves-mean", "one")
 
 
-def test_peak_typology_points_and_class_means(results, tmp_path):
+def test_peak_typology_points_and_class_means_without_english(results, tmp_path):
     peaks = language_peaks(results["probe"], n_boot=100)
     fig = figures.plot_peak_typology(peaks)
     ax = fig.axes[0]
     drawn = {t.get_text(): t.xy[1] for t in ax.texts}
-    assert drawn == dict(zip(peaks["language"], peaks["peak_layer"], strict=True))
-    means = {"analytic": peaks[peaks["language"].isin(["en", "zh"])]["peak_layer"].mean(),
+    table3 = peaks[peaks["language"] != "en"]  # XCOMPS Table 3 does not list English
+    assert drawn == dict(zip(table3["language"], table3["peak_layer"], strict=True))
+    means = {"analytic": peaks[peaks["language"] == "zh"]["peak_layer"].iloc[0],
              "inflectional": peaks[peaks["language"] == "de"]["peak_layer"].iloc[0],
              "agglutinative": peaks[peaks["language"] == "ja"]["peak_layer"].iloc[0]}
     assert [t.get_text() for t in ax.get_xticklabels()] == [f"{k}\nmean {v:.1f}" for k, v in means.items()]
+    assert ax.get_xlabel() == "left out (not in XCOMPS Table 3): en"
     assert_fits_and_no_overlap(fig, tmp_path, "typology", "one")
 
 
@@ -198,13 +200,15 @@ def test_transfer_heatmap_at_the_training_languages_peak(results, tmp_path):
 
 
 def test_languages_keep_their_typology_colour():
-    styles = figures.language_styles(["tr", "en", "zh", "de", "ja", "ko", "ru", "xx"])
-    assert list(styles) == ["en", "zh", "de", "ru", "ja", "ko", "tr", "xx"]
-    assert styles["en"]["color"] == styles["zh"]["color"] == style.TYPOLOGY_COLORS["analytic"]
+    styles = figures.language_styles(["tr", "en", "zh", "de", "ja", "ko", "ru", "xx", "vi"])
+    # languages XCOMPS Table 3 does not list (English, unknown codes) first and grey, as in the paper's Fig. 2
+    assert list(styles) == ["en", "xx", "vi", "zh", "de", "ru", "ja", "ko", "tr"]
+    assert styles["en"]["color"] == styles["xx"]["color"] == style.TYPOLOGY_COLORS["other"]
+    assert styles["en"]["typology"] == "not in Table 3"
+    assert styles["vi"]["color"] == styles["zh"]["color"] == style.TYPOLOGY_COLORS["analytic"]
     assert styles["ja"]["color"] == styles["tr"]["color"] == style.TYPOLOGY_COLORS["agglutinative"]
-    assert styles["en"]["linestyle"] != styles["zh"]["linestyle"]
-    assert styles["xx"]["color"] == style.TYPOLOGY_COLORS["other"]
-    assert len({styles[c]["color"] for c in ("en", "de", "ja")}) == 3
+    assert styles["vi"]["linestyle"] != styles["zh"]["linestyle"]
+    assert len({styles[c]["color"] for c in ("en", "zh", "de", "ja")}) == 4
 
 
 def test_a_missing_column_is_a_one_line_error():
@@ -212,3 +216,77 @@ def test_a_missing_column_is_a_one_line_error():
 
     with pytest.raises(BabelprobeError, match="the peak table has no column 'peak_layer_low'"):
         figures.plot_peak_typology(pd.DataFrame({"language": ["en"], "peak_layer": [3], "n_layers": [18]}))
+
+
+# ------------------------------------------------------------------------------ XCOMPS paper figures
+
+@pytest.fixture(scope="module")
+def cells(results):
+    from babelprobe.analysis import xcomps
+
+    return xcomps.method_cells(results["compare"].summary, results["compare"].layers)
+
+
+def test_fig2_grid_shows_accuracy_and_max_layer_f1_per_negative_type(results, cells, tmp_path):
+    from babelprobe.analysis import xcomps_figures
+
+    fig = xcomps_figures.plot_method_grid(cells)
+    heatmaps = [ax for ax in fig.axes if ax.get_images()]
+    assert [ax.get_ylabel() for ax in heatmaps] == ["meta\naccuracy", "direct\naccuracy", "neuro F1\n(max over layers)"]
+    columns = [t.get_text() for t in heatmaps[-1].get_xticklabels()]
+    assert columns == ["en", "zh", "de", "ja"]  # English (not in Table 3) first, then by typology
+    items, layers = results["compare"].items, results["compare"].layers
+    direct = heatmaps[1].get_images()[0].get_array()
+    neuro = heatmaps[2].get_images()[0].get_array()
+    for i, subset in enumerate(["taxonomic", "random"]):
+        for j, language in enumerate(columns):
+            pairs = items[(items["language"] == language) & (items["subset"] == subset)]
+            assert direct[i, j] == pytest.approx(round(pairs["direct_correct"].mean(), 2))
+            group = layers[(layers["language"] == language) & (layers["subset"] == subset)]
+            assert neuro[i, j] == pytest.approx(round(group["f1_mean"].max(), 2))
+    assert_fits_and_no_overlap(fig, tmp_path, "fig2", "one")
+
+
+def test_fig4_bars_are_class_means_of_table3_languages(cells, tmp_path):
+    from babelprobe.analysis import xcomps_figures
+
+    fig = xcomps_figures.plot_typology_means(cells)
+    ax = fig.axes[0]
+    heights = {c.get_label().split(" (")[0]: [p.get_height() for p in c.patches] for c in ax.containers}
+    assert list(heights) == ["analytic", "inflectional", "agglutinative"]
+    for typology, language in (("analytic", "zh"), ("inflectional", "de"), ("agglutinative", "ja")):
+        mine = cells[cells["language"] == language].groupby("method")["value"].mean()
+        np.testing.assert_allclose(heights[typology], mine[["meta", "direct", "neuro"]])
+    assert "en" in ax.get_xlabel()  # named as left out
+    assert_fits_and_no_overlap(fig, tmp_path, "fig4", "one")
+
+
+def test_fig6_both_readings_side_by_side(results, tmp_path):
+    from babelprobe.analysis import xcomps_figures
+
+    probe = results["probe"]
+    language, cell = language_peaks(probe, n_boot=50), subset_peaks(probe)
+    fig = xcomps_figures.plot_peak_readings(language, cell)
+    left, right = fig.axes[0], fig.axes[1]
+    assert left.get_title().startswith("(a) per language") and right.get_title().startswith("(b) per language ×")
+    kept = cell[cell["language"] != "en"]
+    means = kept.groupby(kept["language"].map({"zh": 0, "de": 1, "ja": 2}))["peak_layer"].mean()
+    assert [t.get_text() for t in right.get_xticklabels()] == [
+        f"{name}\nmean {means[k]:.1f}" for k, name in enumerate(["analytic", "inflectional", "agglutinative"])]
+    assert_fits_and_no_overlap(fig, tmp_path, "fig6", "two")
+
+
+def test_fig10_12_panels_show_scipys_correlations_per_negative_type(cells, tmp_path):
+    from babelprobe.analysis import xcomps_figures
+
+    fig = xcomps_figures.plot_correlations_by_subset(cells)
+    assert len(fig.axes) == 2 * 3  # two negative types × three method pairs
+    random = cells[cells["subset"] == "random"].pivot_table(index="language", columns="method", values="value")
+    title = fig.axes[3].get_title(loc="left")  # second row (random), first pair (meta, direct)
+    assert title.startswith("random: ")
+    if random["meta"].std() > 0 and random["direct"].std() > 0:
+        r = stats.pearsonr(random["meta"], random["direct"]).statistic
+        assert f"Pearson r = {r:.2f}" in title
+    else:
+        assert "n/a" in title
+    assert_fits_and_no_overlap(fig, tmp_path, "fig10", "two")

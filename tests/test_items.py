@@ -42,6 +42,13 @@ def test_missing_field_names_field_and_line(tmp_path):
         load_items(path)
 
 
+def test_missing_text_is_an_error_not_the_text_nan(tmp_path):
+    rows = records()
+    del rows[2]["text"]
+    with pytest.raises(BabelprobeError, match=r"items.jsonl:3: missing field 'text'"):
+        load_items(write_jsonl(tmp_path / "items.jsonl", rows))
+
+
 def test_malformed_json_line_is_named(tmp_path):
     path = tmp_path / "items.jsonl"
     lines = [json.dumps(r) for r in records()]

@@ -21,8 +21,9 @@ LAYERS = [
     ("extract", ["extract"]),
     ("probes", ["probes"]),
     ("benchmarks", ["benchmarks"]),
+    ("latent", ["latent"]),
     ("analysis", ["analysis"]),
-    ("comparison", ["comparison"]),
+    ("comparison", ["comparison", "jobs", "interventions"]),
     ("cli", ["cli", "__main__"]),
 ]
 RANK = {top: rank for rank, (_, tops) in enumerate(LAYERS) for top in tops}

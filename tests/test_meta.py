@@ -2,7 +2,9 @@
 pass, the rules for the two orders, position bias, the chat variant, the CLI and bad input."""
 
 import json
+import re
 import string
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -10,10 +12,12 @@ import pytest
 import torch
 
 from babelprobe.benchmarks.meta import (
+    PROMPT_SETS,
     _decide,
     load_prompts,
     margins,
     position_bias,
+    prompts_digest,
     score_meta,
 )
 from babelprobe.cli import main
@@ -22,6 +26,7 @@ from babelprobe.languages import language_table
 from tests.tiny import tiny_lm
 
 XCOMPS_LANGUAGES = {"ar", "ca", "de", "el", "es", "fa", "fr", "he", "hu", "ja", "ko", "nl", "ru", "tr", "uk", "vi", "zh"}
+PAPER = Path(__file__).resolve().parents[2] / "shared" / "papers" / "003_af80b5b01c4f8a1a.txt"  # XCOMPS
 EN_PROMPT = 'Which concept is most likely to have the following property: "{}", "{}" or "{}"? Answer: "'
 GEMMA_LIKE_CHAT = ("{{ bos_token }}{% for m in messages %}<start_of_turn>"
                    "{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] | trim }}<end_of_turn>\n"
@@ -63,16 +68,42 @@ def answer_logp(lm, prompt: str, answer: str) -> float:
 # ----------------------------------------------------------------------------------------- templates
 
 def test_templates_cover_the_xcomps_languages_and_english():
-    prompts = load_prompts()
-    assert set(prompts) == XCOMPS_LANGUAGES | {"en"}
+    for name in PROMPT_SETS:
+        prompts = load_prompts(name)
+        assert set(prompts) == XCOMPS_LANGUAGES | {"en"}, name
+        assert prompts["en"].template == EN_PROMPT.format("{property}", "{word1}", "{word2}")
     table = language_table()
     assert set(table.index[table["in_xcomps"] == "yes"]) == XCOMPS_LANGUAGES
-    assert prompts["en"].template == EN_PROMPT.format("{property}", "{word1}", "{word2}")
+
+
+def figure8() -> dict[str, str]:
+    """The templates printed in XCOMPS Figure 8, read from the paper text: one `xx: template` line per
+    language between the English template and the figure's caption."""
+    if not PAPER.exists():
+        pytest.skip(f"{PAPER} is not here (../shared is not part of the project)")
+    text = PAPER.read_text(encoding="utf-8")
+    block = text[text.index("\nen: Which concept"):text.index("Figure 8:")]
+    return dict(re.findall(r"^([a-z]{2}): (.+)$", block, flags=re.M))
+
+
+def test_the_xcomps_set_is_figure_8_character_for_character():
+    paper, ours = figure8(), load_prompts("xcomps")
+    assert len(paper) == 18 and set(paper) == XCOMPS_LANGUAGES | {"en"}
+    for language, template in paper.items():
+        assert ours[language].template == template, language
+        assert template.endswith(ours[language].answer) and ours[language].answer.endswith(': "'), language
+
+
+def test_the_babelprobe_set_differs_from_figure_8_where_the_readme_says():
+    paper, ours = figure8(), load_prompts("xcomps-babelprobe")
+    same = {language for language, template in paper.items() if ours[language].template == template}
+    assert same == {"en", "ru", "uk"}
 
 
 @pytest.mark.parametrize("language", sorted(XCOMPS_LANGUAGES | {"en"}))
-def test_every_template_has_each_placeholder_once_in_ascii_quotes(language):
-    prompt = load_prompts()[language]
+@pytest.mark.parametrize("name", sorted(PROMPT_SETS))
+def test_every_template_has_each_placeholder_once_in_ascii_quotes(name, language):
+    prompt = load_prompts(name)[language]
     names = [name for _, name, _, _ in string.Formatter().parse(prompt.template) if name is not None]
     assert sorted(names) == ["property", "word1", "word2"]
     for name in names:
@@ -80,6 +111,14 @@ def test_every_template_has_each_placeholder_once_in_ascii_quotes(language):
     assert prompt.close == '"' and prompt.answer.endswith('"') and prompt.template.endswith(prompt.answer)
     assert prompt.question and not prompt.question.endswith(" ")
     assert "\t" not in prompt.template and "\n" not in prompt.template
+
+
+def test_prompts_digest_changes_with_the_wording_only_for_the_languages_asked(tmp_path):
+    paper = (Path(__file__).resolve().parents[1] / "babelprobe/data/prompts/xcomps_meta.tsv").read_text("utf-8")
+    mine = tmp_path / "mine.tsv"
+    mine.write_text(paper.replace("am wahrscheinlichsten", "am ehesten"), encoding="utf-8")
+    assert prompts_digest(str(mine), ["de"]) != prompts_digest("xcomps", ["de"])
+    assert prompts_digest(str(mine), ["en", "zh"]) == prompts_digest("xcomps", ["en", "zh"])
 
 
 # ------------------------------------------------------------------------------------------ scoring

@@ -93,3 +93,25 @@ def test_wrap_model_refuses_slow_tokenizer(tiny):
 
     with pytest.raises(BabelprobeError, match="not a fast tokenizer"):
         wrap_model(tiny.model, Slow())
+
+
+def test_device_map_options_are_checked_before_loading(tiny_dir):
+    with pytest.raises(BabelprobeError, match="either --device or --device-map"):
+        load_model(str(tiny_dir), device="cpu", device_map="auto")
+    with pytest.raises(BabelprobeError, match="need --device-map"):
+        load_model(str(tiny_dir), max_memory="cpu=1GB")
+    with pytest.raises(BabelprobeError, match="unknown --device-map 'gpu-please'"):
+        load_model(str(tiny_dir), device_map="gpu-please")
+
+
+def test_a_dispatched_model_takes_inputs_on_its_embeddings_device_and_logits_come_back_there(tiny, tiny_dir):
+    """All weights offloaded to disk (the meta device holds them until a module runs): the input device is
+    the execution device of the embeddings' hook, and the logits equal the model's on one device."""
+    lm = load_model(str(tiny_dir), device_map="auto", max_memory="cpu=1KB")
+    assert set(lm.device_map.values()) == {"disk"} and lm.device == torch.device("cpu")
+    assert lm.parts.embed.weight.device.type == "meta"
+    ids = torch.tensor([lm.encode(["Ein Hund kann bellen."])[0].ids])
+    with torch.no_grad():
+        hidden = lm.parts.body(input_ids=ids).last_hidden_state
+        torch.testing.assert_close(lm.parts.logits(hidden), tiny.model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+    assert lm.describe()["device_map"] == lm.device_map

@@ -9,7 +9,7 @@ import pytest
 
 from babelprobe.cli import main
 from babelprobe.extract import write_store
-from babelprobe.probes import synthetic_activations
+from babelprobe.probes import load_probes, synthetic_activations
 from babelprobe.tables import read_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
@@ -42,10 +42,29 @@ def test_probe_writes_tables_and_prints_peaks(acts, capsys, tmp_path):
     assert set(zip(table["language"], table["subset"], table["layer"], strict=True)) == {
         (lang, sub, layer) for lang in ("en", "de") for sub in ("taxonomic", "random") for layer in range(5)}
     assert table[["f1_mean", "f1_std", "n"]].notna().all().all()
-    for side in ("neuro.folds.csv", "neuro.oof.parquet", "neuro.peaks.csv", "neuro.transfer.csv", "neuro.settings.json"):
+    for side in ("neuro.folds.csv", "neuro.oof.parquet", "neuro.peaks.csv", "neuro.transfer.csv", "neuro.settings.json",
+                 "neuro.probes.h5"):
         assert (tmp_path / side).exists(), side
     assert "peak layer per group" in stdout and "selectivity" in stdout and "transfer F1" in stdout
     assert len(pd.read_parquet(tmp_path / "neuro.oof.parquet")) == len(keys) * 5
+
+
+def test_lbfgs_solver_keeps_probes_that_load(acts, capsys, tmp_path):
+    """--solver lbfgs (the research-scale method) gives the exact solver's F1, and its kept probes load."""
+    _, keys, X, store = acts
+    code, stdout, err = run(capsys, "--acts", store, "--out", tmp_path / "lb.csv", "--solver", "lbfgs", "--n-boot", 0,
+                            "--layers", "3")
+    assert code == 0, err
+    assert "lb.probes.h5" in stdout
+    code, _, err = run(capsys, "--acts", store, "--out", tmp_path / "nt.csv", "--solver", "newton", "--n-boot", 0,
+                       "--layers", "3")
+    assert code == 0, err
+    assert np.abs(read_table(tmp_path / "lb.csv")["f1_mean"] - read_table(tmp_path / "nt.csv")["f1_mean"]).max() <= 0.01
+    probes = load_probes(tmp_path / "lb.probes.h5")
+    assert set(probes.groups["method"]) == {"lbfgs"} and probes.settings["solver"] == "lbfgs"
+    en = (keys["language"] == "en").to_numpy() & (keys["subset"] == "random").to_numpy()
+    scores = probes.score(X[en, 3], ("en", "random"), layer=3)
+    assert ((scores > 0) == (keys["label"][en] == 1)).mean() > 0.9  # the all-items probe fits its items
 
 
 def test_plain_folds_sklearn_solver_and_layers(acts, capsys, tmp_path):

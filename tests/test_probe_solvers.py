@@ -1,5 +1,5 @@
-"""The batched torch logistic solver against scikit-learn (the reference), and the probe metrics against
-sklearn.metrics."""
+"""The batched torch logistic solvers (exact Newton, L-BFGS) against scikit-learn (the reference), the
+automatic choice between them, and the probe metrics against sklearn.metrics."""
 
 from __future__ import annotations
 
@@ -11,8 +11,16 @@ from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from babelprobe.errors import BabelprobeError
 from babelprobe.probes.metrics import accuracies, aucs, f1_scores
-from babelprobe.probes.solvers import fit_logistic, fit_predict
+from babelprobe.probes.solvers import (
+    choose_method,
+    exact_bytes_per_layer,
+    fit_logistic,
+    fit_predict,
+    layer_chunk,
+    lbfgs_bytes_per_layer,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
 
@@ -133,14 +141,124 @@ def test_single_class_problem_is_the_constant_classifier():
     np.testing.assert_allclose(scores[1], fit_predict(X, y[1:2], train[1:2], 1.0)[0])
 
 
-def test_layer_chunking_does_not_change_results():
+@pytest.mark.parametrize("solver", ["newton", "lbfgs"])
+def test_layer_chunking_does_not_change_results(solver):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(30, 5, 20))
     y = np.tile(np.tile([0, 1], 15), (2, 1))
     train = np.stack([np.arange(30) >= 6, np.arange(30) < 24])
-    whole = fit_predict(X, y, train, 1.0, dtype=torch.float64)
-    chunked = fit_predict(X, y, train, 1.0, dtype=torch.float64, memory_gb=1e-9)  # one layer at a time
-    np.testing.assert_allclose(whole, chunked, atol=1e-10)
+    options = dict(solver=solver, dtype=torch.float64, tol=None if solver == "newton" else 1e-10)
+    whole = fit_predict(X, y, train, 1.0, **options)
+    one_layer = (exact_bytes_per_layer(30, 24, 20, 2, 8) if solver == "newton" else lbfgs_bytes_per_layer(30, 20, 2, 8))
+    assert layer_chunk(30, 24, 20, 2, 5, 8, 1.5 * one_layer / 2**30, solver) == 1
+    chunked = fit_predict(X, y, train, 1.0, memory_gb=1.5 * one_layer / 2**30, **options)  # one layer at a time
+    np.testing.assert_allclose(whole, chunked, atol=1e-8)
+
+
+def sklearn_pipelines(X, y, train, C):
+    """scikit-learn's pipeline per problem and layer, run to tol=1e-10: (scores [P, L, n], pipelines)."""
+    P, (n, L, _) = len(y), X.shape
+    scores, models = np.empty((P, L, n)), {}
+    for p in range(P):
+        for layer in range(L):
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=C, tol=1e-10, max_iter=10_000))
+            model.fit(X[train[p], layer], y[p, train[p]])
+            scores[p, layer], models[p, layer] = model.decision_function(X[:, layer]), model
+    return scores, models
+
+
+def large_case(rng, n=160, L=2, d=48):
+    """A problem with m > exact_max=16 (the threshold lowered, so that solver="torch" picks L-BFGS): raw
+    activations with offsets and very unequal scales, a planted direction, two folds and an all-rows fit."""
+    X = rng.normal(size=(n, L, d)) * rng.uniform(0.1, 30, size=d) + rng.uniform(-300, 300, size=d)
+    labels = np.tile([0, 1], n // 2)
+    X += np.outer(labels - 0.5, rng.normal(size=d) * 6)[:, None, :] * np.linspace(0.3, 1.0, L)[None, :, None]
+    train = np.stack([np.arange(n) % 3 != 0, np.arange(n) % 3 != 1, np.ones(n, bool)])
+    return X, np.tile(labels, (3, 1)), train
+
+
+def test_torch_picks_lbfgs_above_the_threshold_and_reaches_sklearns_optimum():
+    """The large-size path: with exact_max lowered, solver="torch" chooses L-BFGS for this size, and its
+    scores, raw-unit weights and standardisation equal scikit-learn's pipeline at tol=1e-10 (float64), and
+    stay close at the float32 default (no changed decisions)."""
+    rng = np.random.default_rng(11)
+    X, y, train = large_case(rng)
+    n, L, d = X.shape
+    assert choose_method("torch", n, n, d, 3, 4, 2.0, exact_max=16) == "lbfgs"
+    assert choose_method("torch", n, n, d, 3, 4, 2.0) == "newton"  # the default threshold keeps exact Newton here
+    ref, models = sklearn_pipelines(X, y, train, 0.5)
+    scores, fit = fit_predict(X, y, train, 0.5, exact_max=16, dtype=torch.float64, tol=1e-10, return_fit=True)
+    assert fit.method == "lbfgs"
+    np.testing.assert_allclose(scores, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
+    for (p, layer), model in models.items():
+        scaler, logistic = model
+        np.testing.assert_allclose(fit.mean[p, layer], scaler.mean_, rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(fit.scale[p, layer], scaler.scale_, rtol=1e-9)
+        np.testing.assert_allclose(fit.coef[p, layer] * fit.scale[p, layer], logistic.coef_[0], rtol=1e-5,
+                                   atol=1e-6 * np.abs(logistic.coef_).max())
+        raw = X[:, layer] @ fit.coef[p, layer] + fit.intercept[p, layer]  # the fit applied by hand
+        np.testing.assert_allclose(raw, scores[p, layer], rtol=1e-9, atol=1e-9)
+    single = fit_predict(X, y, train, 0.5, exact_max=16)  # float32, default tolerance (scikit-learn's 1e-6)
+    assert np.abs(single - ref).max() < 2e-3 * np.abs(ref).max()
+    assert ((single > 0) == (ref > 0)).mean() > 0.999
+
+
+def test_lbfgs_problems_that_converge_early_are_left_as_they_were():
+    """In one batch, problems with very different C (fast and slow to converge) get the fit each gets alone."""
+    rng = np.random.default_rng(12)
+    X, y, train = large_case(rng, n=120, L=2, d=30)
+    C = np.array([[1e-3, 20.0], [5.0, 1e-2], [0.3, 0.3]])
+    together = fit_predict(X, y, train, C, solver="lbfgs", dtype=torch.float64, tol=1e-10)
+    for p in range(3):
+        alone = fit_predict(X, y[p:p + 1], train[p:p + 1], C[p:p + 1], solver="lbfgs", dtype=torch.float64, tol=1e-10)
+        np.testing.assert_allclose(together[p], alone[0], rtol=1e-7, atol=1e-7 * np.abs(alone).max())
+
+
+def test_lbfgs_layers_in_threads_give_the_same_scores():
+    """On a CPU with several torch threads the layers are multiplied in threads: same numbers as one thread."""
+    rng = np.random.default_rng(13)
+    X, y, train = large_case(rng, n=100, L=3, d=20)
+    threads = torch.get_num_threads()
+    one = fit_predict(X, y, train, 1.0, solver="lbfgs", dtype=torch.float64, tol=1e-10)
+    torch.set_num_threads(2)
+    try:
+        two = fit_predict(X, y, train, 1.0, solver="lbfgs", dtype=torch.float64, tol=1e-10)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.get_num_threads() == threads
+    np.testing.assert_allclose(one, two, rtol=1e-9, atol=1e-9)
+
+
+def test_choice_by_size_and_memory():
+    gb = 2**30
+    assert choose_method("torch", 136, 109, 640, 6, 4, 2.0) == "newton"  # the bundled sample
+    assert choose_method("torch", 8000, 6400, 4096, 6, 4, 2.0) == "lbfgs"
+    assert choose_method("torch", 20_000, 20_000, 64, 6, 4, 2.0) == "newton"  # few dims: (d+1)² systems
+    assert choose_method("torch", 400, 320, 640, 6, 4, 1e-3) == "lbfgs"  # exact would not fit one layer
+    with pytest.raises(BabelprobeError, match="--solver newton needs .* GB .* --memory-gb 0.001"):
+        choose_method("newton", 400, 320, 640, 6, 4, 1e-3)
+    # L-BFGS keeps to the budget at the real-workload size: a chunk of layers, nothing quadratic in m or d
+    per_layer = lbfgs_bytes_per_layer(20_000, 4096, 6, 4)
+    assert per_layer < 1.2 * 20_000 * 4096 * 4
+    chunk = layer_chunk(20_000, 16_000, 4096, 6, 33, 4, 2.0, "lbfgs")
+    assert chunk >= 1 and chunk * per_layer + 20_000 * 4096 * 4 <= 2.0 * gb
+
+
+def test_fit_of_the_sklearn_solver_and_of_constant_problems():
+    rng = np.random.default_rng(14)
+    X = rng.normal(size=(40, 2, 6)) * 5 + 3
+    labels = np.tile([0, 1], 20)
+    X[:, :, 0] += labels[:, None]
+    y = np.stack([labels, np.ones(40, int)])
+    train = np.ones((2, 40), bool)
+    scores, fit = fit_predict(X, y, train, 1.0, solver="sklearn", n_jobs=1, return_fit=True)
+    assert fit.method == "sklearn"
+    for layer in range(2):
+        np.testing.assert_allclose(X[:, layer] @ fit.coef[0, layer] + fit.intercept[0, layer], scores[0, layer],
+                                   rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(fit.mean[0, layer], X[:, layer].mean(0))
+    assert (scores[1] == 1).all() and (fit.coef[1] == 0).all() and (fit.intercept[1] == 1).all()
+    assert np.isnan(fit.mean[1]).all()
 
 
 def test_metrics_match_sklearn():

@@ -15,7 +15,17 @@ from sklearn.preprocessing import StandardScaler
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract import open_store, write_store
-from babelprobe.probes import ArrayStore, at_peaks, sweep, synthetic_activations, transfer, transfer_matrix
+from babelprobe.probes import (
+    ArrayStore,
+    ProbeResult,
+    at_peaks,
+    fit_predict,
+    load_probes,
+    sweep,
+    synthetic_activations,
+    transfer,
+    transfer_matrix,
+)
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
 from babelprobe.probes.run import choose_C
 from babelprobe.tables import read_table
@@ -165,10 +175,70 @@ def test_write_puts_every_table_next_to_out(small, tmp_path):
     result = sweep(path, layers=[1, 4], n_boot=50, transfer=True)
     paths = result.write(tmp_path / "neuro.csv")
     assert {p.name for p in paths.values()} == {"neuro.csv", "neuro.folds.csv", "neuro.oof.parquet", "neuro.peaks.csv",
-                                                "neuro.transfer.csv", "neuro.settings.json"}
+                                                "neuro.transfer.csv", "neuro.settings.json", "neuro.probes.h5"}
     assert len(read_table(paths["table"])) == len(result.table)
     assert len(read_table(paths["oof"])) == len(result.oof)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_kept_probes_reapplied_reproduce_the_fit(small, tmp_path):
+    """The probe kept for each group × layer is the one fitted on all of the group's items: re-applied to
+    the store's activations after a round trip through NAME.probes.h5 it gives scikit-learn's pipeline
+    decision function (an independent fit on the same rows) and the scores the solver computed."""
+    keys, X, path = small
+    result = sweep(path, layers=[2, 4], n_boot=0)
+    result.write(tmp_path / "neuro.csv")
+    probes = load_probes(tmp_path / "neuro.probes.h5")
+    assert probes.layers == [2, 4] and probes.by == ("language", "subset") and probes.d_model == 32
+    assert len(probes.groups) == 4 and (probes.groups["n_train"] == 40).all()
+    assert probes.settings["pool"] == "last" and (probes.C == 1.0).all()
+    assert ProbeResult.read(tmp_path / "neuro.csv").probes.coef.tolist() == probes.coef.tolist()
+    store = open_store(path)
+    for language, subset in (("en", "taxonomic"), ("de", "random")):
+        rows = np.flatnonzero(((store.keys["language"] == language) & (store.keys["subset"] == subset)).to_numpy())
+        part = store.keys.iloc[rows]
+        acts = store.read_layers([2, 4], rows=rows)  # [n, 2, d] raw activations
+        both = probes.score(acts, (language, subset))  # every layer at once: [n, 2]
+        solver, _ = fit_predict(acts, part["label"].to_numpy()[None], np.ones((1, len(rows)), bool), 1.0,
+                                return_fit=True)
+        for j, layer in enumerate([2, 4]):
+            scores = probes.score(acts[:, j], {"language": language, "subset": subset}, layer=layer)
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, tol=1e-10, max_iter=10_000))
+            model.fit(acts[:, j].astype(np.float64), part["label"])
+            reference = model.decision_function(acts[:, j].astype(np.float64))
+            np.testing.assert_allclose(scores, reference, atol=2e-3 * np.abs(reference).max())
+            np.testing.assert_allclose(scores, solver[0, j], atol=1e-5 * np.abs(reference).max())
+            np.testing.assert_allclose(both[:, j], scores, rtol=1e-12, atol=1e-12)
+            probe = probes.probe((language, subset), layer)
+            np.testing.assert_allclose(probe.mean, model[0].mean_, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(probe.scale, model[0].scale_, rtol=1e-5)
+            direction = probes.direction((language, subset), layer)
+            assert np.linalg.norm(direction) == pytest.approx(1)
+            # a step of 1 along the direction raises every score by |coef|
+            np.testing.assert_allclose(probes.score(acts[:, j] + direction, (language, subset), layer) - scores,
+                                       np.linalg.norm(probe.coef))
+    with pytest.raises(BabelprobeError, match="no probe for group .*'xx'.* the groups are"):
+        probes.score(acts[:, 0], ("xx", "random"), layer=2)
+    with pytest.raises(BabelprobeError, match="no probe at layer 3"):
+        probes.direction(("en", "random"), 3)
+    with pytest.raises(BabelprobeError, match="not a babelprobe probe file"):
+        load_probes(path / "shard-00000.h5")
+
+
+def test_sweep_on_the_large_size_path_matches_sklearn(real_shaped):
+    """With the automatic threshold lowered, the sweep solves its groups with L-BFGS (as at research scale)
+    and still equals an independent scikit-learn cross-validation."""
+    keys, X, path = real_shaped
+    layers = [0, 6, 12, 18]
+    result = sweep(path, layers=layers, folds=5, seed=7, n_boot=0, exact_max=16)
+    assert set(result.probes.groups["method"]) == {"lbfgs"}
+    ref_f1, _, ref_acc = sklearn_cv_f1(X[:, layers], keys["label"].to_numpy(), keys["pair_id"].to_numpy(), seed=7)
+    table = result.table.sort_values("layer")
+    assert np.abs(table["f1_mean"].to_numpy() - ref_f1).max() <= 0.01
+    assert np.abs(table["accuracy"].to_numpy() - ref_acc).max() <= 0.01
+    exact = sweep(path, layers=layers, folds=5, seed=7, n_boot=0)
+    assert set(exact.probes.groups["method"]) == {"newton"}
+    assert np.abs(exact.table["f1_mean"].to_numpy() - result.table["f1_mean"].to_numpy()).max() <= 0.01
 
 
 def test_mean_pooling_and_sklearn_solver(small):

@@ -13,6 +13,8 @@ from babelprobe.cli import main
 from babelprobe.errors import BabelprobeError
 from tests.test_figures import make_results
 
+TWO_MODEL = {"xcomps_fig9", "xcomps_fig13"}  # need a second compare directory (--other)
+
 
 @pytest.fixture(scope="module")
 def results_dir(tmp_path_factory):
@@ -27,7 +29,7 @@ def report_dir(results_dir, tmp_path_factory):
 
 
 def test_every_figure_is_written_as_pdf_and_300_dpi_png(report_dir):
-    for name in FIGURES:
+    for name in set(FIGURES) - TWO_MODEL:
         pdf, png = report_dir / f"{name}.pdf", report_dir / f"{name}.png"
         assert pdf.read_bytes()[:4] == b"%PDF", name
         assert Image.open(png).info["dpi"][0] == pytest.approx(300, abs=1), name
@@ -37,9 +39,9 @@ def test_every_figure_is_written_as_pdf_and_300_dpi_png(report_dir):
 def test_report_md_has_the_tables_with_the_numbers_of_the_results(report_dir, results_dir):
     text = (report_dir / "report.md").read_text(encoding="utf-8")
     for heading in ("## Methods per language", "## Peak layers", "## Correlations between methods",
-                    "## Cross-lingual transfer", "## Figures"):
+                    "## XCOMPS as published", "## Cross-lingual transfer", "## Figures"):
         assert heading in text
-    for name in FIGURES:
+    for name in set(FIGURES) - TWO_MODEL:
         assert f"]({name}.png)" in text
     items = pd.read_csv(results_dir / "items.csv")
     de = items[items["language"] == "de"]
@@ -49,7 +51,9 @@ def test_report_md_has_the_tables_with_the_numbers_of_the_results(report_dir, re
     table = pd.read_csv(results_dir / "neuro.csv")
     mean_curve = table[table["language"] == "ja"].groupby("layer")["f1_mean"].mean()
     assert peaks.set_index("language").loc["ja", "peak_layer"] == mean_curve.idxmax()
-    assert "Skipped" not in text
+    skipped = text.split("Skipped:")[1]
+    assert {line.split(":")[0].strip("- ") for line in skipped.strip().splitlines()} == TWO_MODEL
+    assert "--other" in skipped
 
 
 def test_a_probe_only_directory_skips_the_method_figures_with_a_note(results_dir, tmp_path):
@@ -58,7 +62,8 @@ def test_a_probe_only_directory_skips_the_method_figures_with_a_note(results_dir
     for path in (results_dir / "transfer").glob("neuro.*"):
         shutil.copy(path, probe_dir / path.name)
     report = write_report(probe_dir, probe_dir / "figures", n_boot=50)
-    assert set(report.skipped) == {"method_bars", "method_correlations"}
+    assert set(report.skipped) == {"method_bars", "method_correlations", "xcomps_fig2", "xcomps_fig4",
+                                   "xcomps_fig10_12"} | TWO_MODEL
     assert set(report.figures) == set(FIGURES) - set(report.skipped)
     text = (probe_dir / "figures" / "report.md").read_text(encoding="utf-8")
     assert "- method_bars: no items.csv" in text and "## Methods per language" not in text

@@ -21,7 +21,7 @@ def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: st
                    source: str | Path | None = None) -> list[Path]:
     """The figure of benchmark `name` for a run of `model` on data `source`."""
     if name == "stingray":
-        return plot_stingray(summary, path, title=f"StingrayBench — {model}")
+        return plot_stingray(summary, path, title=f"StingrayBench — {model}", model=model or "model")
     if name == "eclektic":
         return plot_eclektic(summary, path, title=f"ECLeKTic: {model}")
     if name == "consistency":
@@ -35,41 +35,126 @@ def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: st
 
 # ------------------------------------------------------------------------------------------ StingrayBench
 
-def plot_stingray(summary: pd.DataFrame, path: str | Path, title: str | None = None) -> list[Path]:
+STINGRAY_SUBSETS = {"true_cognate": "true cognates", "false_friend": "false friends"}
+
+
+def plot_stingray(summary: pd.DataFrame, path: str | Path, title: str | None = None, model: str = "model") -> list[Path]:
+    """A StingrayBench run's figures: the paper's aggregates, `path-overall` (Fig. 4) and `path-pairs`
+    (Figs. 5 and 6), then `path` itself, the stingray plot of each task. PDF and PNG of each; the
+    stingray plot's PNG comes last."""
+    path = Path(path)
+    written = plot_stingray_overall({model: summary}, path.with_name(path.name + "-overall"), title=title)
+    written += plot_stingray_pairs({model: summary}, path.with_name(path.name + "-pairs"), title=title)
+    return written + plot_stingray_tasks(summary, path, title=title)
+
+
+def plot_stingray_tasks(summary: pd.DataFrame, path: str | Path, title: str | None = None) -> list[Path]:
     """The stingray plot: one panel per task with each pair × subset at (acc L1, acc L2) over the
-    cognate-bias field and comprehension arcs. Writes path.pdf and path.png."""
-    summary = stingray.wide(summary)
-    tasks = [t for t in stingray.TASKS if t in set(summary["task"])]
+    cognate-bias field and comprehension arcs (§3.3, Fig. 3; App. C Figs. 9–10). Writes path.pdf and path.png."""
+    table = stingray.wide(summary)
+    tasks = [t for t in stingray.TASKS if t in set(table["task"])]
     fig, axes = figure("two", height=3.6, ncols=len(tasks), squeeze=False)
-    pairs = sorted(set(summary["pair"]))
+    pairs = sorted(set(table["pair"]) - {"all"})
     colours = dict(zip(pairs, PALETTE, strict=False))
     markers = {"false_friend": "o", "true_cognate": "s"}
     field = None
     for ax, task in zip(axes[0], tasks, strict=True):
         field = _stingray_background(ax)
-        points = summary[(summary["task"] == task) & summary["bias"].notna()]
+        points = table[(table["task"] == task) & table["accuracy_l1"].notna() & table["accuracy_l2"].notna()]
         for row in points.to_dict("records"):
-            ax.errorbar(row["accuracy_l1"], row["accuracy_l2"], fmt=markers[row["subset"]], ms=6,
-                        color=colours[row["pair"]], mec="black", mew=0.6, zorder=4,
-                        xerr=_error_bar(row, "l1"), yerr=_error_bar(row, "l2"),
-                        elinewidth=0.6, capsize=0, alpha=0.95)
+            _stingray_point(ax, row, markers[row["subset"]], colours[row["pair"]])
         ax.set_title({"semantic": "semantic appropriateness", "usage": "usage correction"}[task])
         ax.set_xlabel("accuracy in L1")
         ax.set_ylabel("accuracy in L2")
     handles = [_legend_handle(marker="o", color=colours[p], label=p.replace("_", "–")) for p in pairs]
     handles += [_legend_handle(marker=m, color="white", label=s.replace("_", " ")) for s, m in markers.items()]
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), frameon=False)
-    bar = fig.colorbar(field, ax=axes[0].tolist(), shrink=0.85, ticks=[-1, -0.5, 0, 0.5, 1])
-    bar.set_label("cognate bias (− towards L1, + towards L2)")
-    if title:
-        fig.suptitle(title)
+    _bias_colorbar(fig, field, axes[0].tolist())
+    _stingray_title(fig, title, summary)
     return save(fig, path)
 
 
-def _error_bar(row: dict, side: str) -> list[list[float]]:
-    """[[below], [above]] the accuracy in one language: its Wilson interval (clipped at rounding noise)."""
-    acc = row[f"accuracy_{side}"]
-    return [[max(0.0, acc - row[f"ci_low_{side}"])], [max(0.0, row[f"ci_high_{side}"] - acc)]]
+def plot_stingray_overall(summaries: dict[str, pd.DataFrame], path: str | Path, title: str | None = None) -> list[Path]:
+    """Fig. 4: one point per model at its (acc L1, acc L2) averaged over language pairs and tasks, true
+    cognates left, false friends right (`summaries`: model name -> its `summarize` table)."""
+    fig, axes = figure("two", height=3.6, ncols=2, squeeze=False)
+    markers = ["o", "s", "^", "D", "v", "P", "X"]
+    field = None
+    for ax, (subset, label) in zip(axes[0], STINGRAY_SUBSETS.items(), strict=True):
+        field = _stingray_background(ax)
+        for k, summary in enumerate(summaries.values()):
+            table = stingray.wide(summary)
+            rows = table[(table["pair"] == "all") & (table["subset"] == subset)].to_dict("records")
+            if rows and pd.notna(rows[0]["accuracy_l1"]) and pd.notna(rows[0]["accuracy_l2"]):
+                _stingray_point(ax, rows[0], markers[k % len(markers)], PALETTE[k % len(PALETTE)])
+        ax.set_title(f"{label} (mean over pairs and tasks)")
+        ax.set_xlabel("accuracy in L1")
+        ax.set_ylabel("accuracy in L2")
+    handles = [_legend_handle(marker=markers[k % len(markers)], color=PALETTE[k % len(PALETTE)], label=model)
+               for k, model in enumerate(summaries)]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), frameon=False)
+    _bias_colorbar(fig, field, axes[0].tolist())
+    _stingray_title(fig, title, next(iter(summaries.values()), None))
+    return save(fig, path)
+
+
+def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, title: str | None = None) -> list[Path]:
+    """Figs. 5 and 6 per language pair: cognate comprehension averaged over the tasks (top) and the
+    unsigned cognate bias, |mean bias over the tasks| (bottom); true cognates left, false friends
+    right; one bar per model with its bootstrap interval."""
+    tables = {model: stingray.wide(summary) for model, summary in summaries.items()}
+    pairs = sorted({p for t in tables.values() for p in t["pair"]} - {"all"})
+    fig, axes = figure("two", height=4.4, nrows=2, ncols=2, sharex=True, sharey="row")
+    width = 0.8 / max(1, len(tables))
+    for row, (metric, label) in enumerate((("comprehension", "comprehension"), ("abs_bias", "|bias|"))):
+        for col, (subset, name) in enumerate(STINGRAY_SUBSETS.items()):
+            ax = axes[row, col]
+            for k, (model, table) in enumerate(tables.items()):
+                cells = table[(table["task"] == "mean") & (table["subset"] == subset)].set_index("pair").reindex(pairs)
+                values = cells[metric].to_numpy(float)
+                errors = [np.clip(values - cells[f"{metric}_low"].to_numpy(float), 0, None),
+                          np.clip(cells[f"{metric}_high"].to_numpy(float) - values, 0, None)]
+                x = np.arange(len(pairs)) + (k - (len(tables) - 1) / 2) * width
+                ax.bar(x, values, width * 0.9, yerr=errors, color=PALETTE[k % len(PALETTE)], label=model,
+                       error_kw={"elinewidth": 0.6, "capsize": 1.5})
+                for position in x[np.isnan(values)]:  # e.g. no bias at (0, 0): say so rather than draw nothing
+                    ax.text(position, 0.02, "n/a", ha="center", va="bottom", fontsize=6, color="0.3")
+            ax.set_ylim(0, 1.05)
+            ax.set_xticks(range(len(pairs)), [p.replace("_", "–") for p in pairs])
+            ax.grid(axis="x", visible=False)
+            ax.set_title(f"{name}: cognate {label}", fontsize=8)
+            if col == 0:
+                ax.set_ylabel(f"{label} (mean over tasks)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
+    _stingray_title(fig, title, next(iter(summaries.values()), None))
+    return save(fig, path)
+
+
+def _stingray_point(ax, row: dict, marker: str, colour: str) -> None:
+    ax.errorbar(row["accuracy_l1"], row["accuracy_l2"], fmt=marker, ms=6, color=colour, mec="black", mew=0.6,
+                zorder=4, xerr=_error_bar(row, "accuracy_l1"), yerr=_error_bar(row, "accuracy_l2"),
+                elinewidth=0.6, capsize=0, alpha=0.95)
+
+
+def _bias_colorbar(fig, field, axes) -> None:
+    bar = fig.colorbar(field, ax=axes, shrink=0.85, ticks=[-1, -0.5, 0, 0.5, 1])
+    bar.set_label("cognate bias (− towards L1, + towards L2)")
+
+
+def _stingray_title(fig, title: str | None, summary: pd.DataFrame | None) -> None:
+    """The title, naming the protocol, how the answers were read and the prompt format of the run."""
+    run = [] if summary is None else [str(summary[c].iloc[0]) for c in ("protocol", "method", "prompt_format")
+                                      if c in summary.columns and len(summary)]
+    text = f"{title} ({', '.join(run)})" if title and run else title
+    if text:
+        fig.suptitle(text)
+
+
+def _error_bar(row: dict, metric: str) -> list[list[float]]:
+    """[[below], [above]] a value: its interval (clipped at rounding noise)."""
+    value = row[metric]
+    return [[max(0.0, value - row[f"{metric}_low"])], [max(0.0, row[f"{metric}_high"] - value)]]
 
 
 def _stingray_background(ax):
@@ -134,22 +219,26 @@ def plot_eclektic(summary: pd.DataFrame, path: str | Path, title: str = "") -> l
                 colour = "black" if pd.isna(value) or value > 0.6 else "white"
                 ax.text(j, i, text, ha="center", va="center", fontsize=6 if n <= 8 else 5, color=colour)
     fig.colorbar(image, ax=list(axes), shrink=0.8, label="share of pairs")
-    if title:
-        fig.suptitle(title)
+    protocol = summary["protocol"].iloc[0] if "protocol" in summary.columns and len(summary) else ""
+    if title or protocol:
+        fig.suptitle(f"{title} ({protocol} protocol)" if protocol else title)
     return save(fig, path)
 
 
 # ------------------------------------------------------------------------------------------ self-consistency
 
 def plot_consistency(summary: pd.DataFrame, path: str | Path, title: str = "") -> list[Path]:
-    """(a) consistency with the orig answers per target language and condition, the paraphrase baseline
-    as a dashed line; (b) pooled over languages, split by whether orig was correct. PDF + PNG."""
+    """(a) consistency with the orig answers per target language and condition, the same-language
+    baselines (P: babelprobe's paraphrase; rerun: Table 5's second run) as dashed lines; (b) pooled over
+    languages, split by whether orig was correct. The title names the protocol. PDF + PNG."""
     from matplotlib.patches import Patch
 
     cons = summary[summary["metric"] == "consistency"]
-    colours = {"T": PALETTE[0], "I": PALETTE[1], "X": PALETTE[2], "R": PALETTE[4], "P": PALETTE[7]}
+    colours = {"T": PALETTE[0], "I": PALETTE[1], "X": PALETTE[2], "R": PALETTE[4], "P": PALETTE[7],
+               "rerun": PALETTE[5]}
+    baselines = {"P": "P (paraphrase, babelprobe)", "rerun": "rerun (Table 5)"}
     fig, (left, right) = figure("two", height=2.8, ncols=2, width_ratios=[3, 2])
-    per_lang = cons[(cons["group"] == "all") & ~cons["language"].isin(["all"]) & (cons["condition"] != "P")]
+    per_lang = cons[(cons["group"] == "all") & ~cons["language"].isin(["all"]) & ~cons["condition"].isin(baselines)]
     languages = sorted(per_lang["language"].unique())
     conditions = [c for c in ("T", "I", "X", "R") if c in set(per_lang["condition"])]
     width = 0.8 / max(1, len(conditions))
@@ -158,10 +247,11 @@ def plot_consistency(summary: pd.DataFrame, path: str | Path, title: str = "") -
         x = np.arange(len(languages)) + (k - (len(conditions) - 1) / 2) * width
         left.bar(x, part["value"], width, color=colours[condition], label=condition, yerr=_error_bars(part),
                  capsize=1.5, error_kw={"linewidth": 0.6})
-    baseline = cons[(cons["condition"] == "P") & (cons["group"] == "all")]
-    if not baseline.empty:
-        left.axhline(baseline["value"].iloc[0], color=colours["P"], linestyle="--", linewidth=0.9,
-                     label="P (paraphrase)")
+    for condition, label in baselines.items():
+        baseline = cons[(cons["condition"] == condition) & (cons["group"] == "all")]
+        if not baseline.empty:
+            left.axhline(baseline["value"].iloc[0], color=colours[condition], linestyle="--", linewidth=0.9,
+                         label=label)
     left.set_xticks(range(len(languages)), languages)
     left.set_ylim(0, 1.32)  # room for the legend above the bars
     left.set_yticks(np.linspace(0, 1, 6))
@@ -170,8 +260,8 @@ def plot_consistency(summary: pd.DataFrame, path: str | Path, title: str = "") -
     left.set_title("(a) by language and condition")
     left.legend(ncols=5, loc="upper center", fontsize=6, frameon=False, handlelength=1.2, columnspacing=0.8)
 
-    pooled = cons[cons["language"].isin(["all"]) | (cons["condition"] == "P")]
-    shown = [c for c in ("P", "T", "I", "X", "R") if c in set(pooled["condition"])]
+    pooled = cons[cons["language"].isin(["all"]) | cons["condition"].isin(baselines)]
+    shown = [c for c in ("rerun", "P", "T", "I", "X", "R") if c in set(pooled["condition"])]
     for k, (group, shade) in enumerate((("orig_correct", 1.0), ("orig_incorrect", 0.45))):
         part = pooled[pooled["group"] == group].set_index("condition").reindex(shown)
         x = np.arange(len(shown)) + (k - 0.5) * 0.38
@@ -185,6 +275,8 @@ def plot_consistency(summary: pd.DataFrame, path: str | Path, title: str = "") -
     right.legend(handles=[Patch(facecolor="0.35", label="orig correct"),
                           Patch(facecolor="0.35", alpha=0.45, label="orig incorrect")],
                  ncols=2, loc="upper center", fontsize=6, frameon=False, handlelength=1.2)
+    if "protocol" in summary.columns and len(summary):
+        title = f"{title} (protocol {summary['protocol'].iloc[0]})"
     if title:
         fig.suptitle(title)
     return save(fig, path)
@@ -198,23 +290,32 @@ def _error_bars(part: pd.DataFrame) -> np.ndarray:
 # ------------------------------------------------------------------------------------ Cross-Lingual Pitfalls
 
 def plot_affinity(affinity: pd.DataFrame, path: str | Path, title: str = "Relative Affinity Score") -> list[Path]:
-    """Heatmap of D(x, y) with the values written in the cells."""
-    n = len(affinity)
+    """The paper's Fig. 7: the Relative Affinity Score D[x, y] (`pitfalls.relative_affinity`: rows x the
+    evaluation language, columns y the seed language) with the source (seed) language y down the vertical
+    axis and the target language x across; darker cells are lower D, a stronger affinity (y's weaknesses
+    persist in x). Values are written in the cells; the colour limits are the data's range (the paper's
+    text does not state its scale)."""
+    shown = affinity.T  # rows: source language y, columns: target language x
+    values = shown.to_numpy(float)
+    n = len(shown)
+    low, high = (np.nanmin(values), np.nanmax(values)) if np.isfinite(values).any() else (0.0, 1.0)
     fig, ax = figure("one", height=0.45 * n + 1.2)
-    image = ax.imshow(affinity.to_numpy(float), cmap=SEQUENTIAL, vmin=0, vmax=1)
-    ax.set_xticks(range(n), affinity.columns, rotation=45, ha="right", rotation_mode="anchor")
-    ax.set_yticks(range(n), affinity.index)
+    image = ax.imshow(values, cmap=SEQUENTIAL, vmin=low, vmax=high)
+    ax.set_xticks(range(n), shown.columns, rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(n), shown.index)
+    ax.set_xlabel("target language x")
+    ax.set_ylabel("source (seed) language y")
     ax.grid(False)
+    middle = (low + high) / 2
     for i in range(n):
         for j in range(n):
-            value = affinity.iat[i, j]
+            value = values[i, j]
             if not np.isnan(value):
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=6,
-                        color="black" if value > 0.6 else "white")
-    fig.colorbar(image, ax=ax, shrink=0.8, label="D(x, y)")
+                        color="black" if value > middle else "white")
+    fig.colorbar(image, ax=ax, shrink=0.8, label="D(x, y)  (lower: stronger affinity)")
     ax.set_title(title)
     return save(fig, path)
-
 
 
 def plot_pitfalls(summary: pd.DataFrame, path: str | Path, model_name: str,

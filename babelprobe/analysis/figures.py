@@ -10,8 +10,9 @@ with `style.save(fig, "name")` (PDF + 300-dpi PNG).
     plot_method_correlations(result.summary)   # Fig. 3: method against method over language × subset cells
     plot_transfer(probe.transfer, probe.peaks) # train language × test language probe F1
 
-Languages keep one look everywhere: the colour is their typology class (analytic, inflectional,
-agglutinative), the line style and marker tell languages of one class apart.
+Languages keep one look everywhere: the colour is their typology class of XCOMPS Table 3 (analytic,
+inflectional, agglutinative; grey, "other" in legends, for a language Table 3 does not list, such as
+English), the line style and marker tell languages of one class apart.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from babelprobe.analysis import methods
-from babelprobe.analysis.peaks import TYPOLOGIES, language_order, with_typology
+from babelprobe.analysis.peaks import NOT_IN_TABLE3, TYPOLOGIES, language_order, with_typology
 from babelprobe.analysis.style import (
     DIVERGING,
     LINESTYLES,
@@ -37,6 +38,7 @@ from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
 
 CHANCE_STYLE = (0, (1, 2))  # dotted: the F1 or accuracy of guessing
+LEGEND_HEADERS = {NOT_IN_TABLE3: "other"}  # short legend header of the grey group (English: not in Table 3)
 SUBSET_ORDER = ("taxonomic", "overlap", "co-occurrence", "random")  # XCOMPS order: hardest negatives first
 METRIC_LABELS = {"meta": "meta accuracy", "direct": "direct accuracy", "neuro": "neuro F1 (peak layer)"}
 
@@ -54,11 +56,12 @@ def require(frame: pd.DataFrame | None, columns, what: str) -> pd.DataFrame:
 
 
 def language_styles(languages) -> dict[str, dict]:
-    """Colour (typology class), line style and marker of each language, stable for a given set."""
+    """Colour (typology class of XCOMPS Table 3; grey for a language it does not list, e.g. English), line
+    style and marker of each language, stable for a given set."""
     table = with_typology(pd.DataFrame({"language": language_order(languages)}))
     styles = {}
-    for _, group in table.groupby("typology", sort=False):
-        for i, (code, typology) in enumerate(zip(group["language"], group["typology"], strict=True)):
+    for _, group in table.groupby("group", sort=False):
+        for i, (code, typology) in enumerate(zip(group["language"], group["group"], strict=True)):
             styles[code] = {"typology": typology, "color": TYPOLOGY_COLORS.get(typology, TYPOLOGY_COLORS["other"]),
                             "linestyle": LINESTYLES[i % len(LINESTYLES)], "marker": MARKERS[i % len(MARKERS)]}
     return styles
@@ -66,25 +69,39 @@ def language_styles(languages) -> dict[str, dict]:
 
 def language_legend(fig, styles: dict, extra=()) -> None:
     """A legend below the axes, inside the figure, with one column per typology class headed by its name
-    (the colour), the languages of the class under it, and the `extra` handles in a last column."""
+    (the colour), the languages of the class under it, and the `extra` handles under the shortest column
+    when they fit there or there are four columns already (else in a last column)."""
     classes: dict[str, list] = {}
     for code, style in styles.items():
         handle = Line2D([], [], color=style["color"], linestyle=style["linestyle"], marker=style["marker"],
                         markersize=3, label=code)
         classes.setdefault(style["typology"], []).append(handle)
-    columns = [[_blank(typology), *handles] for typology, handles in classes.items()]
+    headers = {name: LEGEND_HEADERS.get(name, name) for name in classes}
+    columns = [[blank_handle(headers[name]), *handles] for name, handles in classes.items()]
     if extra:
-        columns.append([_blank(""), *extra])
+        shortest = min(columns, key=len)
+        fits = len(shortest) + len(extra) <= max(len(c) for c in columns)
+        if len(columns) > 1 and (fits or len(columns) >= 4):  # a fifth column does not fit one column's width
+            shortest.extend(extra)
+        else:
+            columns.append([blank_handle(""), *extra])
     rows = max(len(c) for c in columns)
-    entries = [h for column in columns for h in column + [_blank("")] * (rows - len(column))]
+    entries = [h for column in columns for h in column + [blank_handle("")] * (rows - len(column))]
     legend = fig.legend(handles=entries, loc="outside lower center", ncols=len(columns), frameon=False,
                         handlelength=1.9, columnspacing=0.8, handletextpad=0.3)
     for text in legend.get_texts():
-        if text.get_text() in classes:
+        if text.get_text() in headers.values():
             text.set_fontweight("bold")
 
 
-def _blank(label: str):
+def group_handles(languages) -> list:
+    """Legend handles: one coloured dot per language group present (not in Table 3, then its classes)."""
+    groups = list(dict.fromkeys(style["typology"] for style in language_styles(languages).values()))
+    return [Line2D([], [], linestyle="", marker="o", color=TYPOLOGY_COLORS.get(g, TYPOLOGY_COLORS["other"]),
+                   label=LEGEND_HEADERS.get(g, g)) for g in groups]
+
+
+def blank_handle(label: str):
     return Line2D([], [], linestyle="none", label=label)
 
 
@@ -96,15 +113,19 @@ def subset_order(subsets) -> list[str]:
 
 # ------------------------------------------------------------------------------------- probe figures
 
-def plot_layer_curves(table: pd.DataFrame, x: str = "layer", title: str | None = None):
+def plot_layer_curves(table: pd.DataFrame, x: str = "layer", title: str | None = None, *, value: str = "f1_mean",
+                      low: str = "f1_ci_low", high: str = "f1_ci_high", reference: tuple[float, str] = (0.5, "chance"),
+                      ylim: tuple[float, float] | None = (0, 1.02), ylabel: str = "probe F1 (cross-validated)"):
     """F1 by layer, one line per language with its 95% interval as a band (XCOMPS Fig. 5).
 
     `table` is a per-layer probe table (`probe.table`, `layers.csv`: one panel per subset) or
     `language_curves(probe)` (no subset column: one panel, subsets averaged). `x` is "layer" or
-    "relative_depth" (to put models of different depth side by side)."""
-    require(table, ["language", "layer", "f1_mean", "f1_ci_low", "f1_ci_high", x], "the per-layer probe table")
+    "relative_depth" (to put models of different depth side by side). `value`, `low`, `high`,
+    `reference` (a dotted line and its legend label), `ylim` and `ylabel` draw other per-layer
+    quantities the same way (Fig. 13's F1 difference)."""
+    require(table, ["language", "layer", value, low, high, x], "the per-layer probe table")
     panels = subset_order(table["subset"]) if "subset" in table.columns else [None]
-    nrows, ncols = _grid(len(panels))
+    nrows, ncols = panel_grid(len(panels))
     width = "one" if ncols == 1 else "two"
     height = 2.4 if ncols == 1 else 1.15 + 1.85 * nrows
     fig, axes = figure(width, height, nrows=nrows, ncols=ncols, sharex=True, sharey=True, squeeze=False)
@@ -116,13 +137,13 @@ def plot_layer_curves(table: pd.DataFrame, x: str = "layer", title: str | None =
             if rows.empty:
                 continue
             style = styles[language]
-            ax.fill_between(rows[x], rows["f1_ci_low"], rows["f1_ci_high"], color=style["color"], alpha=0.12,
-                            linewidth=0)
-            ax.plot(rows[x], rows["f1_mean"], label=language, color=style["color"], linestyle=style["linestyle"],
+            ax.fill_between(rows[x], rows[low], rows[high], color=style["color"], alpha=0.12, linewidth=0)
+            ax.plot(rows[x], rows[value], label=language, color=style["color"], linestyle=style["linestyle"],
                     marker=style["marker"], markersize=2.5, markevery=max(1, len(rows) // 6))
-        ax.axhline(0.5, color="0.4", linestyle=CHANCE_STYLE, linewidth=0.8)
+        ax.axhline(reference[0], color="0.4", linestyle=CHANCE_STYLE, linewidth=0.8)
         ax.set_title(panel if panel is not None else (title or "F1 by layer, subsets averaged"))
-        ax.set_ylim(0, 1.02)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax in axes[-1]:
@@ -130,8 +151,8 @@ def plot_layer_curves(table: pd.DataFrame, x: str = "layer", title: str | None =
         if x == "layer":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in axes[:, 0]:
-        ax.set_ylabel("probe F1 (cross-validated)")
-    chance = Line2D([], [], color="0.4", linestyle=CHANCE_STYLE, linewidth=0.8, label="chance")
+        ax.set_ylabel(ylabel)
+    chance = Line2D([], [], color="0.4", linestyle=CHANCE_STYLE, linewidth=0.8, label=reference[1])
     language_legend(fig, styles, [chance])
     if title and panel is not None:
         fig.suptitle(title)
@@ -140,39 +161,61 @@ def plot_layer_curves(table: pd.DataFrame, x: str = "layer", title: str | None =
 
 def plot_peak_typology(peaks: pd.DataFrame, title: str | None = "Peak layer by typology"):
     """Peak layer of each language (subsets averaged) with its 95% bootstrap interval, grouped by
-    typology class; a black bar marks each class mean (XCOMPS Fig. 6). `peaks` is `language_peaks(probe)`."""
+    typology class; a black bar marks each class mean (XCOMPS Fig. 6). `peaks` is `language_peaks(probe)`.
+    Only languages of XCOMPS Table 3 are drawn (English is not in it; the paper drops it too)."""
     require(peaks, ["language", "peak_layer", "peak_layer_low", "peak_layer_high", "n_layers"], "the peak table")
-    peaks = with_typology(peaks)
-    styles = language_styles(peaks["language"])
-    peaks = peaks.set_index("language").loc[list(styles)]
-    classes = [t for t in (*TYPOLOGIES, "other") if t in set(peaks["typology"])]
     fig, ax = figure("one", 2.5)
-    labels = []
-    for c, typology in enumerate(classes):
-        group = peaks[peaks["typology"] == typology]
-        offsets = np.linspace(-0.25, 0.25, len(group)) if len(group) > 1 else np.zeros(1)
-        for dx, (code, row) in zip(offsets, group.iterrows(), strict=True):
-            style = styles[code]
-            ax.errorbar(c + dx, row["peak_layer"], yerr=[[row["peak_layer"] - row["peak_layer_low"]],
-                                                         [row["peak_layer_high"] - row["peak_layer"]]],
-                        fmt=style["marker"], color=style["color"], markersize=4, capsize=2, elinewidth=0.8)
-            ax.annotate(code, (c + dx, row["peak_layer"]), xytext=(3, 0), textcoords="offset points", fontsize=6,
-                        va="center", ha="left")
-        mean = group["peak_layer"].mean()
-        ax.hlines(mean, c - 0.4, c + 0.4, color="black", linewidth=1.2, zorder=0)
-        labels.append(f"{typology}\nmean {mean:.1f}")
-    n_layers = int(peaks["n_layers"].max())
-    ax.set_xticks(range(len(classes)), labels)
-    ax.set_xlim(-0.6, len(classes) - 0.4)
-    ax.set_ylim(-0.5, n_layers + 0.5)
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("peak layer (95% CI)")
-    ax.grid(axis="x", visible=False)
-    depth = ax.secondary_yaxis("right", functions=(lambda v: v / n_layers, lambda d: d * n_layers))
-    depth.set_ylabel("relative depth")
+    draw_peak_classes(ax, peaks)
     if title:
         ax.set_title(title)
     return fig
+
+
+def draw_peak_classes(ax, peaks: pd.DataFrame, labels: bool = True, markers: dict | None = None,
+                      ylabel: str = "peak layer (95% CI)", depth_axis: bool = True, note: bool = True) -> None:
+    """Into `ax`: one point per row of `peaks` (a language, or a language × subset group with `markers`
+    by subset) at its peak layer with its bootstrap interval, grouped by typology class with a black bar
+    at each class mean; languages outside XCOMPS Table 3 are left out (named under the axis if `note`).
+    `depth_axis`: a relative-depth scale on the right."""
+    table = with_typology(peaks)
+    missing = sorted(set(table.loc[~table["in_table3"], "language"]))
+    table = table[table["in_table3"]]
+    if table.empty:
+        raise BabelprobeError("no language of XCOMPS Table 3 in the peak table: the typology figure needs them")
+    styles = language_styles(table["language"])
+    order = {code: i for i, code in enumerate(styles)}
+    table = table.assign(_o=table["language"].map(order)).sort_values(["_o", *(["subset"] if markers else [])])
+    classes = [t for t in TYPOLOGIES if t in set(table["typology"])]
+    ticks = []
+    for c, typology in enumerate(classes):
+        group = table[table["typology"] == typology]
+        spread = 0.25 if len(group) < 8 else 0.38
+        offsets = np.linspace(-spread, spread, len(group)) if len(group) > 1 else np.zeros(1)
+        for dx, row in zip(offsets, group.itertuples(), strict=True):
+            style = styles[row.language]
+            marker = markers.get(row.subset, "o") if markers else style["marker"]
+            ax.errorbar(c + dx, row.peak_layer, yerr=[[row.peak_layer - row.peak_layer_low],
+                                                      [row.peak_layer_high - row.peak_layer]],
+                        fmt=marker, color=style["color"], markersize=4 if labels else 3, capsize=2 if labels else 0,
+                        elinewidth=0.8 if labels else 0.5, alpha=1 if labels else 0.8)
+            if labels:
+                ax.annotate(row.language, (c + dx, row.peak_layer), xytext=(3, 0), textcoords="offset points",
+                            fontsize=6, va="center", ha="left")
+        mean = group["peak_layer"].mean()
+        ax.hlines(mean, c - 0.45, c + 0.45, color="black", linewidth=1.2, zorder=0)
+        ticks.append(f"{typology}\nmean {mean:.1f}")
+    n_layers = int(table["n_layers"].max())
+    ax.set_xticks(range(len(classes)), ticks)
+    ax.set_xlim(-0.6, len(classes) - 0.4)
+    ax.set_ylim(-0.5, n_layers + 0.5)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="x", visible=False)
+    if depth_axis:
+        depth = ax.secondary_yaxis("right", functions=(lambda v: v / n_layers, lambda d: d * n_layers))
+        depth.set_ylabel("relative depth")
+    if missing and note:
+        ax.set_xlabel(f"left out (not in XCOMPS Table 3): {', '.join(missing)}", fontsize=6.5, color="0.35")
 
 
 def plot_peak_heatmap(peaks: pd.DataFrame, title: str | None = "Peak layer per language and subset"):
@@ -187,7 +230,7 @@ def plot_peak_heatmap(peaks: pd.DataFrame, title: str | None = "Peak layer per l
     image = ax.imshow(matrix.to_numpy(float), cmap=SEQUENTIAL, vmin=0, vmax=n_layers, aspect="auto")
     annotate_cells(ax, image, matrix.to_numpy(float), fmt="{:.0f}", fontsize=6.5)
     ax.set_xticks(range(len(cols)), cols)
-    _language_ticks(ax, rows, "y")
+    language_ticks(ax, rows, "y")
     fig.colorbar(image, ax=ax, label="peak layer", shrink=0.9, pad=0.02)
     if title:
         ax.set_title(title)
@@ -223,8 +266,8 @@ def plot_transfer(transfer: pd.DataFrame, peaks: pd.DataFrame | None = None, lay
         if code in matrix.columns:
             j = list(matrix.columns).index(code)
             ax.add_patch(_outline(j, i))
-    _language_ticks(ax, list(matrix.columns), "x")
-    _language_ticks(ax, list(matrix.index), "y")
+    language_ticks(ax, list(matrix.columns), "x")
+    language_ticks(ax, list(matrix.index), "y")
     ax.set_xlabel("test language")
     ax.set_ylabel("train language")
     bar = fig.colorbar(image, ax=ax, shrink=0.9, pad=0.02)
@@ -298,20 +341,18 @@ def plot_method_correlations(summary: pd.DataFrame, correlations: pd.DataFrame |
         for _, row in cells.iterrows():
             ax.scatter(row[a], row[b], s=14, color=styles[row["language"]]["color"],
                        marker=markers.get(row["subset"], "o"), edgecolor="white", linewidth=0.3, alpha=0.9)
-        _fit_line(ax, cells[a], cells[b])
+        fit_line(ax, cells[a], cells[b])
         stats = correlations[(correlations["method_a"] == a) & (correlations["method_b"] == b)].iloc[0]
-        ax.set_title(_correlation_text(stats), fontsize=6.5, loc="left")
+        ax.set_title(correlation_text(stats), fontsize=6.5, loc="left")
         ax.set_xlabel(METRIC_LABELS.get(a, a))
         ax.set_ylabel(METRIC_LABELS.get(b, b))
-        _pad_limits(ax, cells[a], cells[b])
-    typologies = with_typology(cells)["typology"].unique()
-    colours = [Line2D([], [], linestyle="", marker="o", color=TYPOLOGY_COLORS.get(t, TYPOLOGY_COLORS["other"]),
-                      label=t) for t in (*TYPOLOGIES, "other") if t in typologies]
-    colours.append(_blank(f"(points: the {len(cells)} language × subset cells)"))
+        pad_limits(ax, cells[a], cells[b])
+    colours = group_handles(cells["language"])
+    colours.append(blank_handle(f"(points: the {len(cells)} language × subset cells)"))
     shapes = [Line2D([], [], linestyle="", marker=markers[s], color="0.35", label=s) for s in subsets]
     ncols = max(len(colours), len(shapes))
-    colours += [_blank("")] * (ncols - len(colours))
-    shapes += [_blank("")] * (ncols - len(shapes))
+    colours += [blank_handle("")] * (ncols - len(colours))
+    shapes += [blank_handle("")] * (ncols - len(shapes))
     # legends fill column by column: interleave so the first row is typology, the second subset
     entries = [h for pair in zip(colours, shapes, strict=True) for h in pair]
     fig.legend(handles=entries, loc="outside lower center", ncols=ncols, frameon=False, handletextpad=0.2,
@@ -321,7 +362,7 @@ def plot_method_correlations(summary: pd.DataFrame, correlations: pd.DataFrame |
 
 # ---------------------------------------------------------------------------------------- helpers
 
-def _grid(n: int) -> tuple[int, int]:
+def panel_grid(n: int) -> tuple[int, int]:
     if n <= 1:
         return 1, 1
     if n in (2, 4):
@@ -329,7 +370,7 @@ def _grid(n: int) -> tuple[int, int]:
     return -(-n // 3), 3
 
 
-def _language_ticks(ax, codes: list[str], axis: str) -> None:
+def language_ticks(ax, codes: list[str], axis: str) -> None:
     """Heatmap tick labels in their typology colour, with thin white lines between typology classes."""
     styles = language_styles(codes)
     (ax.set_xticks if axis == "x" else ax.set_yticks)(range(len(codes)), codes)
@@ -352,7 +393,7 @@ def _outline(j: int, i: int):
     return Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.0, zorder=3)
 
 
-def _correlation_text(stats) -> str:
+def correlation_text(stats) -> str:
     def one(symbol, value, low, high):
         if pd.isna(value):
             return f"{symbol} = n/a (too few cells)"
@@ -362,7 +403,7 @@ def _correlation_text(stats) -> str:
                       one("Spearman ρ", stats["spearman_rho"], stats["spearman_low"], stats["spearman_high"])])
 
 
-def _fit_line(ax, x: pd.Series, y: pd.Series) -> None:
+def fit_line(ax, x: pd.Series, y: pd.Series) -> None:
     keep = np.isfinite(x) & np.isfinite(y)
     if keep.sum() < 3 or np.std(x[keep]) == 0:
         return
@@ -371,7 +412,7 @@ def _fit_line(ax, x: pd.Series, y: pd.Series) -> None:
     ax.plot(xs, intercept + slope * xs, color="0.4", linewidth=0.8, zorder=0)
 
 
-def _pad_limits(ax, x: pd.Series, y: pd.Series) -> None:
+def pad_limits(ax, x: pd.Series, y: pd.Series) -> None:
     """Limits a little wider than the data, within [0, 1] (accuracies and F1) plus a margin."""
     for values, setter in ((x, ax.set_xlim), (y, ax.set_ylim)):
         low, high = np.nanmin(values), np.nanmax(values)

@@ -5,7 +5,7 @@ language × subset, per language (subsets averaged), per typology class, and how
     subset_peaks(probe)                 # language × subset: the sweep's peaks with typology columns
     curves = language_curves(probe)     # language × layer: F1 averaged over subsets, bootstrap band
     peaks = language_peaks(probe)       # language: peak of that curve and its bootstrap interval
-    typology_peaks(peaks)               # typology class: mean peak layer and its spread across languages
+    typology_peaks(peaks)               # typology class: mean peak layer and its spread (Table 3 languages)
     peak_difference(peaks_a, peaks_b)   # other − base, in layers and in relative depth
 
 The per-language curve is the mean of the language's subset curves. Its bootstrap resamples pairs
@@ -23,25 +23,41 @@ from babelprobe.languages import language_table
 from babelprobe.probes.controls import group_rng
 from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, peak_summary, peak_table
 
-TYPOLOGIES = ("analytic", "inflectional", "agglutinative")  # XCOMPS Table 3 order; others sort after
+TYPOLOGIES = ("analytic", "inflectional", "agglutinative")  # XCOMPS Table 3 order
+NOT_IN_TABLE3 = "not in Table 3"  # the group of English (and any language XCOMPS Table 3 does not list)
 
 
 def with_typology(frame: pd.DataFrame, column: str = "language") -> pd.DataFrame:
     """`frame` with the language table's `name`, `typology`, `family` and `script` of `column` added
-    (typology "other" for a code the table does not know)."""
-    table = language_table()[["name", "typology", "family", "script"]]
+    (typology "other" for a code the table does not know), `in_table3`: whether XCOMPS Table 3 lists the
+    language (its 17 languages; not English), and `group`: the typology class for those, else "not in
+    Table 3". Only Table 3 languages enter class means; figures group and colour languages by `group`."""
+    table = language_table()[["name", "typology", "family", "script"]].assign(
+        in_table3=language_table()["in_xcomps"] == "yes")
     out = frame.drop(columns=[c for c in table.columns if c in frame.columns])
     out = out.merge(table, left_on=column, right_index=True, how="left")
     out["name"] = out["name"].fillna(out[column])
     out["typology"] = out["typology"].fillna("other")
+    out["in_table3"] = out["in_table3"].fillna(False).astype(bool)
+    out["group"] = out["typology"].where(out["in_table3"], NOT_IN_TABLE3)  # how figures group and colour it
     return out.fillna({"family": "", "script": ""})
 
 
+def table3_only(frame: pd.DataFrame, column: str = "language") -> pd.DataFrame:
+    """The rows of `frame` whose language XCOMPS Table 3 lists, with typology columns. English is not in
+    Table 3 (the paper's typology figures, Figs. 4 and 6, drop it); its `analytic` in languages.csv only
+    colours it in figures, it never enters a class mean."""
+    frame = with_typology(frame, column)
+    return frame[frame["in_table3"]].reset_index(drop=True)
+
+
 def language_order(languages) -> list[str]:
-    """Languages sorted by typology class (analytic, inflectional, agglutinative, other), then code."""
+    """Known languages outside XCOMPS Table 3 (English) first, as in the paper's Fig. 2, then Table 3's
+    by typology class (analytic, inflectional, agglutinative), then codes the language table does not
+    know; each group sorted by code."""
     frame = with_typology(pd.DataFrame({"language": sorted(set(languages))}))
-    rank = {t: i for i, t in enumerate(TYPOLOGIES)}
-    frame["rank"] = frame["typology"].map(rank).fillna(len(rank))
+    rank = {t: i for i, t in enumerate((NOT_IN_TABLE3, *TYPOLOGIES))}
+    frame["rank"] = frame["group"].map(rank).where(frame["typology"] != "other", len(rank))
     return frame.sort_values(["rank", "language"])["language"].tolist()
 
 
@@ -83,11 +99,15 @@ def language_peaks(probe, n_boot: int = 1000, seed: int = 0, level: float = 0.95
 
 def typology_peaks(peaks: pd.DataFrame, by: tuple[str, ...] = ("typology",)) -> pd.DataFrame:
     """Mean peak layer, relative depth and peak F1 per typology class (or per `by`, e.g. typology ×
-    subset), with the spread across languages: standard deviation, minimum, maximum, and the languages."""
-    if "typology" not in peaks.columns:
-        peaks = with_typology(peaks)
+    subset) over the rows of `peaks` (languages, or language × subset groups: `n` counts them), with
+    the spread: standard deviation, minimum, maximum, and the languages. Only languages of XCOMPS
+    Table 3 enter a class (`table3_only`: English is left out)."""
+    peaks = table3_only(peaks)
+    if peaks.empty:
+        raise BabelprobeError("no language of XCOMPS Table 3 in the peak table: typology class means need them")
     grouped = peaks.groupby(list(by), sort=False)
-    out = grouped.agg(n_languages=("language", "nunique"), languages=("language", lambda s: ", ".join(sorted(set(s)))),
+    out = grouped.agg(n=("peak_layer", "size"), n_languages=("language", "nunique"),
+                      languages=("language", lambda s: ", ".join(sorted(set(s)))),
                       peak_layer_mean=("peak_layer", "mean"), peak_layer_sd=("peak_layer", "std"),
                       peak_layer_min=("peak_layer", "min"), peak_layer_max=("peak_layer", "max"),
                       relative_depth_mean=("peak_relative_depth", "mean"),
@@ -132,7 +152,7 @@ def _language_replicates(probe, n_boot: int, seed: int) -> dict:
         ses = lang_table.pivot_table(index="subset", columns="layer", values="f1_se")
         layers, f1 = curves.columns.to_numpy(), curves.mean().to_numpy()
         if n_boot:
-            replicates = np.mean([_subset_replicates(oof, language, subset, layers, n_folds, n_boot, seed)
+            replicates = np.mean([subset_replicates(oof, language, subset, layers, n_folds, n_boot, seed)
                                   for subset in curves.index], axis=0)
         else:
             replicates = f1[None]
@@ -142,8 +162,10 @@ def _language_replicates(probe, n_boot: int, seed: int) -> dict:
     return out
 
 
-def _subset_replicates(oof, language, subset, layers, n_folds, n_boot, seed) -> np.ndarray:
-    """Bootstrap replicates [n_boot, L] of one group's fold-averaged F1, from its out-of-fold scores."""
+def subset_replicates(oof, language, subset, layers, n_folds, n_boot, seed) -> np.ndarray:
+    """Bootstrap replicates [n_boot, L] of one group's fold-averaged F1, from its out-of-fold scores. The
+    draws depend only on the seed, the group and its pairs, so two models' replicates of the same items
+    resample the same pairs (a paired bootstrap)."""
     rows = oof[(oof["language"] == language) & (oof["subset"] == subset)]
     scores = rows.pivot_table(index="item_id", columns="layer", values="score")[layers]
     items = rows.drop_duplicates("item_id").set_index("item_id").loc[scores.index]

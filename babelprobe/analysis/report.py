@@ -10,6 +10,13 @@ A results directory is a `babelprobe compare` directory (`items.csv`, `summary.c
 `babelprobe probe`, e.g. `make sweep`). A transfer table (`NAME.transfer.csv`, from `probe
 --transfer`) is taken from the probe result, else from one subdirectory down (the demo's
 `transfer/`), or from `transfer=`. A figure whose input is absent is skipped with a note.
+
+Every XCOMPS figure and table (He, Nie et al. 2025) is drawn from one compare directory: Figs. 2-6,
+10-12 and 14 and Tables 4-5-style accuracy tables (`analysis.xcomps`, `analysis.xcomps_figures`); the
+two-model figures (Fig. 9: Fig. 2's numbers other − base; Fig. 13: layer-wise F1 difference) need a
+second compare directory of the same items, `other=` (`babelprobe report --results A --other B`).
+`report.md` says which protocol made the numbers (`compare --protocol`); `protocol="paper"` refuses
+results made otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from babelprobe.analysis import figures, methods, peaks
+from babelprobe.analysis import figures, methods, peaks, xcomps
 from babelprobe.analysis.style import save
 from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
@@ -41,6 +48,8 @@ class Results:
     transfer: pd.DataFrame | None = None      # train × test language × subset × layer
     transfer_peaks: pd.DataFrame | None = None  # the peaks of the sweep that made `transfer`
     info: dict = field(default_factory=dict)  # compare.json and the probe's settings
+    protocol: str = "unknown"                 # the protocol the results were made with (xcomps.PROTOCOLS)
+    other: Results | None = None              # a second model's compare directory (two-model figures)
 
 
 @dataclass
@@ -78,6 +87,25 @@ def load_results(path: str | Path, transfer: str | Path | None = None) -> Result
     if results.items is None and results.summary is None and results.probe is None:
         raise BabelprobeError(f"{path} is not a results directory: it has no items.csv or summary.csv (from "
                               "`babelprobe compare`) and no neuro.csv (from `babelprobe probe`)")
+    results.protocol = xcomps.recorded_protocol(results.info)
+    return results
+
+
+def attach_other(results: Results, other: str | Path | Results) -> Results:
+    """`results` with a second model's compare directory on the same items attached (for Figs. 9 and 13)."""
+    other = other if isinstance(other, Results) else load_results(other)
+    for which in (results, other):
+        if which.summary is None or which.probe is None:
+            raise BabelprobeError(f"{which.path} is not a finished compare directory (summary.csv and neuro.csv); "
+                                  "the two-model figures need two")
+    hashes = [r.info.get("compare", {}).get("items_hash") for r in (results, other)]
+    if hashes[0] != hashes[1]:
+        raise BabelprobeError(f"{results.path} and {other.path} were run on different items (items hash "
+                              f"{hashes[0]} vs {hashes[1]}); the model difference needs the same items")
+    if results.protocol != other.protocol:
+        raise BabelprobeError(f"{results.path} was made with protocol {results.protocol!r}, {other.path} with "
+                              f"{other.protocol!r}; compare models under one protocol")
+    results.other = other
     return results
 
 
@@ -155,7 +183,32 @@ def analyse(results: Results, n_boot: int = 1000, seed: int = 0) -> dict[str, pd
         tables["method_accuracy"] = method_accuracy(results.items)
     if results.summary is not None and results.correlations is None:
         results.correlations = methods.correlations(results.summary)
+    tables.update(xcomps_tables(results, tables, n_boot, seed))
     return tables
+
+
+def xcomps_tables(results: Results, tables: dict, n_boot: int, seed: int) -> dict[str, pd.DataFrame]:
+    """The numbers of the XCOMPS figures and tables (module docstring), for what the directory has."""
+    out = {}
+    layers = results.probe.table if results.probe is not None else None
+    cells = xcomps.method_cells(results.summary, layers)
+    out["xcomps_cells"] = cells
+    out["xcomps_table4"] = xcomps.method_table(cells)
+    if xcomps.table3_only(cells).empty:
+        return out
+    out["xcomps_typology_means"] = xcomps.typology_means(cells)
+    out["xcomps_table5"] = xcomps.typology_table(out["xcomps_typology_means"])
+    if results.probe is not None:
+        out["xcomps_peak_readings"] = xcomps.peak_readings(tables["language_peaks"], tables["subset_peaks"])
+    if cells["method"].nunique() > 1:
+        out["xcomps_correlations_by_subset"] = xcomps.correlations_by_subset(cells)
+    if results.other is not None:
+        other = results.other
+        other_cells = xcomps.method_cells(other.summary, other.probe.table)
+        out["xcomps_model_difference"] = xcomps.cells_difference(cells, other_cells)
+        out["xcomps_layer_difference"] = xcomps.layer_difference(results.probe, other.probe, n_boot, seed)
+        out["difference"] = methods.difference(results.summary, other.summary, results.items, other.items)
+    return out
 
 
 def method_accuracy(items: pd.DataFrame) -> pd.DataFrame:
@@ -188,12 +241,38 @@ FIGURES = {
     "transfer": "Cross-lingual transfer: F1 of a probe trained on one language (rows) and tested on another "
                 "(columns) at the training language's peak layer, mean over subsets; outlined diagonal: "
                 "in-language cross-validated F1.",
+    "xcomps_fig2": "XCOMPS Fig. 2 in its form: meta and direct pair accuracy and neuro F1 at the best layer (the "
+                   "maximum over layers of the fold-averaged F1), one row per negative type, languages grouped by "
+                   "typology (English, not in Table 3, first). Numbers: xcomps_table4.csv.",
+    "xcomps_fig4": "XCOMPS Fig. 4: each method's score (negative types averaged) averaged over the languages of "
+                   "each typology class of Table 3; dots are the languages; English left out. Numbers: "
+                   "xcomps_table5.csv.",
+    "xcomps_fig6": "XCOMPS Fig. 6 under both readings of \"average peak layer\": (a) the peak of each language's "
+                   "curve (negative types averaged), (b) the peak of each language × negative type; bars are class "
+                   "means, Table 3 languages only (English left out). Numbers: xcomps_peak_readings.csv.",
+    "xcomps_fig10_12": "XCOMPS Figs. 10-12 (the paper has one per model): method against method across languages, "
+                       "one row per negative type, Pearson r and Spearman ρ with 95% intervals. Numbers: "
+                       "xcomps_correlations_by_subset.csv.",
+    "xcomps_fig9": "XCOMPS Fig. 9: Fig. 2's numbers of the second model minus the first (--other). Numbers: "
+                   "xcomps_model_difference.csv; accuracy differences with paired bootstrap intervals: difference.csv.",
+    "xcomps_fig13": "XCOMPS Fig. 13: probe F1 by layer of the second model minus the first (--other), one line per "
+                    "language, one panel per negative type; bands are paired bootstrap 95% intervals over pairs. "
+                    "Numbers: xcomps_layer_difference.csv.",
+}
+
+# The paper's figures and tables and the files that reproduce them (report.md's XCOMPS section).
+PAPER_FIGURES = {
+    "Fig. 2": "xcomps_fig2", "Fig. 3": "method_correlations", "Fig. 4": "xcomps_fig4",
+    "Fig. 5": "layer_curves_by_subset", "Fig. 6": "xcomps_fig6", "Fig. 9": "xcomps_fig9",
+    "Figs. 10-12": "xcomps_fig10_12", "Fig. 13": "xcomps_fig13", "Fig. 14": "peak_heatmap",
 }
 
 
 def draw(name: str, results: Results, tables: dict, x: str = "layer"):
     """The figure `name` of FIGURES, or the reason it cannot be drawn (a string)."""
     probe_needed = "no probe result (neuro.csv from `babelprobe probe` or `babelprobe compare`)"
+    if name.startswith("xcomps_"):
+        return _draw_xcomps(name, results, tables, x)
     if name == "layer_curves":
         return figures.plot_layer_curves(tables["language_curves"], x=x) if results.probe else probe_needed
     if name == "layer_curves_by_subset":
@@ -220,16 +299,60 @@ def draw(name: str, results: Results, tables: dict, x: str = "layer"):
     raise BabelprobeError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
 
 
+def _draw_xcomps(name: str, results: Results, tables: dict, x: str):
+    from babelprobe.analysis import xcomps_figures as paper
+
+    if name in ("xcomps_fig9", "xcomps_fig13") and results.other is None:
+        return ("needs a second compare directory of the same items: `babelprobe report --results A --other B` "
+                "(`make paper-xcomps RESULTS=A OTHER=B`)")
+    if name != "xcomps_fig6" and (results.summary is None or results.probe is None):
+        return "needs meta, direct and neuro: a `babelprobe compare` directory (summary.csv and neuro.csv)"
+    if results.probe is None:
+        return "no probe result (neuro.csv from `babelprobe probe` or `babelprobe compare`)"
+    if name != "xcomps_fig2" and "xcomps_typology_means" not in tables:
+        return "no language of XCOMPS Table 3 in the results (typology class means need them)"
+    cells = tables.get("xcomps_cells")
+    if name == "xcomps_fig2":
+        return paper.plot_method_grid(cells)
+    if name == "xcomps_fig4":
+        return paper.plot_typology_means(cells)
+    if name == "xcomps_fig6":
+        return paper.plot_peak_readings(tables["language_peaks"], tables["subset_peaks"])
+    if name == "xcomps_fig10_12":
+        return paper.plot_correlations_by_subset(cells, tables["xcomps_correlations_by_subset"])
+    names = (_model_name(results), _model_name(results.other))
+    if name == "xcomps_fig9":
+        return paper.plot_method_grid(tables["xcomps_model_difference"], difference=True,
+                                      title=f"{names[1]} − {names[0]}")
+    if name == "xcomps_fig13":
+        return paper.plot_layer_difference(tables["xcomps_layer_difference"], x=x,
+                                           title=f"Probe F1 by layer, {names[1]} − {names[0]}")
+    raise BabelprobeError(f"unknown figure {name!r}; figures: {', '.join(FIGURES)}")
+
+
+def _model_name(results: Results) -> str:
+    return str(results.info.get("compare", {}).get("model") or results.path.name)
+
+
 # ------------------------------------------------------------------------------------------- writing
 
 def write_report(results: str | Path | Results, out: str | Path, *, transfer: str | Path | None = None,
-                 x: str = "layer", n_boot: int = 1000, seed: int = 0) -> Report:
+                 x: str = "layer", n_boot: int = 1000, seed: int = 0, other: str | Path | None = None,
+                 protocol: str | None = None) -> Report:
     """Write every figure the results have inputs for (NAME.pdf and NAME.png), the analysis tables
-    (CSV) and `report.md` (written last: its presence means the report is complete) into `out`."""
+    (CSV) and `report.md` (written last: its presence means the report is complete) into `out`.
+    `other`: a second model's compare directory (XCOMPS Figs. 9 and 13). `protocol`: refuse results
+    made with another protocol (None: take what they were made with)."""
     if x not in ("layer", "relative_depth"):
         raise BabelprobeError(f"x must be 'layer' or 'relative_depth', got {x!r}")
     if not isinstance(results, Results):
         results = load_results(results, transfer)
+    if other is not None:
+        attach_other(results, other)
+    if protocol is not None and results.protocol != protocol:
+        made = xcomps.DESCRIPTIONS.get(results.protocol, results.protocol)
+        raise BabelprobeError(f"{results.path} was made with protocol {results.protocol!r} ({made}), not "
+                              f"{protocol!r}; rerun `babelprobe compare ... --protocol {protocol}` or drop --protocol")
     out = Path(out)
     tables = analyse(results, n_boot, seed)
     report = Report(out=out)
@@ -241,8 +364,17 @@ def write_report(results: str | Path | Results, out: str | Path, *, transfer: st
             report.skipped[name] = fig
         else:
             report.figures[name] = save(fig, out / name)
+    # interventions (`babelprobe intervene` runs in RESULTS or one level below): their own figures and section
+    from babelprobe.analysis.interventions import report_section
+
+    f1_table = results.probe.table if results.probe is not None else None
+    intervention_figures, intervention_tables, intervention_md = report_section(results.path, out, f1_table,
+                                                                                n_boot, seed)
     with atomic_path(out / "report.md") as tmp:
-        tmp.write_text(markdown(results, tables, report), encoding="utf-8")
+        tmp.write_text(markdown(results, tables, report) + ("\n" + intervention_md if intervention_md else ""),
+                       encoding="utf-8")
+    report.figures.update(intervention_figures)
+    report.tables.update(intervention_tables)
     return report
 
 
@@ -272,6 +404,7 @@ def markdown(results: Results, tables: dict, report: Report) -> str:
         parts += ["## Correlations between methods",
                   "Across language × subset cells; 95% intervals by the Fisher z-transform.",
                   _md(_correlation_table(results.correlations))]
+    parts += _xcomps_markdown(results, tables, report)
     if "transfer" in report.figures:
         parts += ["## Cross-lingual transfer", "Probe F1, train language down, test language across, at the "
                   "training language's peak layer, mean over subsets (diagonal: in-language cross-validation).",
@@ -285,12 +418,55 @@ def markdown(results: Results, tables: dict, report: Report) -> str:
     return "\n\n".join(parts) + "\n"
 
 
+def _xcomps_markdown(results: Results, tables: dict, report: Report) -> list[str]:
+    """The XCOMPS section: which file is which paper figure, Tables 4 and 5, Fig. 6's readings."""
+    rows = []
+    for paper_name, name in PAPER_FIGURES.items():
+        where = f"{name}.pdf / .png" if name in report.figures else f"not drawn: {report.skipped.get(name, '')}"
+        rows.append({"paper": paper_name, "babelprobe": where})
+    rows.append({"paper": "Table 4 style", "babelprobe": "xcomps_table4.csv (long, with 95% intervals: "
+                 "xcomps_cells.csv)"})
+    if "xcomps_table5" in tables:
+        rows.append({"paper": "Table 5 style", "babelprobe": "xcomps_table5.csv (long: xcomps_typology_means.csv)"})
+    parts = ["## XCOMPS as published (He, Nie et al. 2025)",
+             f"Protocol of these results: **{results.protocol}** — "
+             f"{xcomps.DESCRIPTIONS.get(results.protocol, 'not one of the presets')}. Meta and direct: pair "
+             "accuracy; neuro: the probe's fold-averaged F1 at its best layer (max over layers).",
+             _md(pd.DataFrame(rows)),
+             "**Table 4 style**: each method per language × negative type (English, not in XCOMPS Table 3, first).",
+             _md(_formatted(tables["xcomps_table4"]))]
+    if "xcomps_table5" in tables:
+        dropped = xcomps.left_out(tables["xcomps_cells"]["language"])
+        parts += ["**Table 5 style**: mean over each typology class's languages (Table 3 only"
+                  + (f"; left out: {', '.join(dropped)}" if dropped else "") + ").",
+                  _md(_formatted(tables["xcomps_table5"]))]
+    if "xcomps_peak_readings" in tables:
+        readings = tables["xcomps_peak_readings"]
+        parts += ["**Fig. 6, both readings** of the average peak layer per typology class (Table 3 languages only):",
+                  _md(pd.DataFrame({"reading": readings["reading"], "typology": readings["typology"],
+                                    "units averaged": readings["n"],
+                                    "peak layer mean ± sd": [f"{m:.1f} ± {s:.1f}" if pd.notna(s) else f"{m:.1f}"
+                                                             for m, s in zip(readings["peak_layer_mean"],
+                                                                             readings["peak_layer_sd"], strict=True)],
+                                    "relative depth mean": readings["relative_depth_mean"].map("{:.2f}".format)}))]
+    return parts
+
+
+def _formatted(table: pd.DataFrame) -> pd.DataFrame:
+    """Numbers with two decimals (blank where missing), other columns as they are."""
+    return table.apply(lambda column: column.map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+                       if pd.api.types.is_float_dtype(column) else column.astype(str))
+
+
 def _provenance(results: Results) -> str:
     lines = []
     compare = results.info.get("compare", {})
     if compare:
         lines.append(f"- model: `{compare.get('model')}` (fingerprint `{str(compare.get('fingerprint'))[:16]}`), "
                      f"items hash `{str(compare.get('items_hash'))[:16]}`")
+    lines.append(f"- protocol: {results.protocol} ({xcomps.DESCRIPTIONS.get(results.protocol, 'not a preset')})")
+    if results.other is not None:
+        lines.append(f"- second model (Figs. 9, 13): `{_model_name(results.other)}` from {results.other.path}")
     probe = results.info.get("probe", {})
     if probe:
         lines.append(f"- probe: {probe.get('folds')}-fold {probe.get('fold_scheme', '')} cross-validation, "
@@ -346,7 +522,7 @@ def _language_peak_table(language_peaks: pd.DataFrame, curves: pd.DataFrame) -> 
     table = language_peaks.merge(at_peak[["language", "f1_ci_low", "f1_ci_high"]], on="language")
     table = table.set_index("language").loc[peaks.language_order(table["language"])].reset_index()
     return pd.DataFrame({
-        "language": table["language"], "typology": table["typology"],
+        "language": table["language"], "typology": table["group"],
         "peak layer [95% CI]": [f"{r.peak_layer} [{r.peak_layer_low}–{r.peak_layer_high}]" for r in table.itertuples()],
         "relative depth": table["peak_relative_depth"].map("{:.2f}".format),
         "F1 at peak [95% CI]": [_interval(r.peak_f1, r.f1_ci_low, r.f1_ci_high) for r in table.itertuples()],

@@ -66,11 +66,17 @@ def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction:
 
 def _score_from(items: pd.DataFrame) -> list[int]:
     """Character index where the continuation starts: right after the prefix."""
+    how = ("; a released record gets them from prefix_acceptable/prefix_unacceptable/property_phrase (COMPS), "
+           "or from a 'property_phrase' (or 'property') field in its language that ends both of its sentences; "
+           "add one, or drop --conditional to score the whole sentences")
     if "prefix" not in items.columns or "continuation" not in items.columns:
-        raise BabelprobeError("conditional scoring needs 'prefix' and 'continuation' fields in the items")
+        raise BabelprobeError(f"conditional scoring needs 'prefix' and 'continuation' fields in the items{how}")
     starts = []
     for item_id, text, prefix, cont in items[["item_id", "text", "prefix", "continuation"]].itertuples(index=False):
-        if not isinstance(prefix, str) or not text.startswith(prefix) or not text.endswith(str(cont)):
+        if not isinstance(prefix, str) or not isinstance(cont, str):
+            raise BabelprobeError(f"item {item_id} has no prefix and continuation, which conditional scoring "
+                                  f"needs{how}")
+        if not text.startswith(prefix) or not text.endswith(cont):
             raise BabelprobeError(f"item {item_id}: text {text!r} is not prefix {prefix!r} + continuation {cont!r}")
         starts.append(len(prefix))
     return starts

@@ -2,9 +2,15 @@
 probabilities it gives the two answers.
 
 For a pair (property, acceptable concept, unacceptable concept) in language L the prompt is L's
-template from a prompt set (bundled: `xcomps`, data/prompts/xcomps_meta.tsv, XCOMPS Figure 8):
+template from a prompt set:
 
     Which concept is most likely to have the following property: "can bark", "dog" or "cat"? Answer: "
+
+Bundled sets (`PROMPT_SETS`): `xcomps` (default), the templates of XCOMPS Figure 8 character for
+character, in English and the paper's 17 languages (data/prompts/xcomps_meta.tsv); `xcomps-babelprobe`,
+babelprobe's own earlier wording of the same question (xcomps_meta_babelprobe.tsv; not the paper's
+measure except in en, ru and uk). The paper does not say in which order the two concepts are listed,
+nor whether the closing quote is scored; the choices below are babelprobe's (docs/fidelity.md).
 
 **Answers.** Each concept is scored as a continuation of the prompt: its tokens' log-probabilities,
 teacher-forced, boundary-safe (the token log-prob core with score_from = len(prompt)), reduced like
@@ -54,7 +60,7 @@ from babelprobe.prompts import check_placeholders, read_prompts
 RULES = ("sum", "both", "first")
 ORDERS = ("gf", "bf")  # acceptable ("good") concept listed first, unacceptable ("bad") first
 PLACEHOLDERS = ("property", "word1", "word2")
-PROMPT_SETS = {"xcomps": "xcomps_meta"}
+PROMPT_SETS = {"xcomps": "xcomps_meta", "xcomps-babelprobe": "xcomps_meta_babelprobe"}  # name -> data/prompts file
 CONCEPT_FIELDS = ("property", "acceptable_concept", "unacceptable_concept")
 
 
@@ -94,9 +100,10 @@ class MetaPrompt:
 
 
 def load_prompts(source: str | Path = "xcomps") -> dict[str, MetaPrompt]:
-    """A prompt set: a bundled name (`xcomps`) or a prompt file (`prompts.read_prompts` format) with
-    columns language, template, answer, close (see data/prompts/README.md). Every template is checked:
-    the three placeholders exactly once, nothing else in braces, and it ends with its answer prefix."""
+    """A prompt set: a bundled name (`PROMPT_SETS`: `xcomps`, `xcomps-babelprobe`) or a prompt file
+    (`prompts.read_prompts` format) with columns language, template, answer, close (see
+    data/prompts/README.md). Every template is checked: the three placeholders exactly once, nothing
+    else in braces, and it ends with its answer prefix."""
     rows = read_prompts(PROMPT_SETS.get(str(source), source), ("language", "template", "answer", "close"))
     prompts = {}
     for row in rows.to_dict("records"):
@@ -118,6 +125,19 @@ def prompts_for(languages: list[str], source: str | Path = "xcomps") -> dict[str
                               f"available: {', '.join(sorted(prompts))} (ask in one of them with "
                               "--prompt-language, or pass --prompts FILE.tsv with your own templates)")
     return {lang: prompts[lang] for lang in languages}
+
+
+def prompts_digest(source: str | Path = "xcomps", languages: list[str] | None = None) -> str:
+    """A short hash of the templates (all fields) of `languages` (default: all) in a prompt set, recorded
+    with results so that results made with other wording are not reused when a set's file changes. A
+    language without a template is an error, as in `prompts_for`."""
+    import hashlib
+    import json
+
+    prompts = load_prompts(source) if languages is None else prompts_for(sorted(set(languages)), source)
+    payload = json.dumps([[p.language, p.template, p.answer, p.close] for _, p in sorted(prompts.items())],
+                         ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------------------- rules
@@ -165,9 +185,13 @@ def meta_pairs(items: pd.DataFrame) -> pd.DataFrame:
     pairs = to_pairs(items)
     for field in CONCEPT_FIELDS:
         if field not in pairs.columns:
-            raise BabelprobeError(f"the items have no {field!r} field, which the meta prompt needs "
-                                  f"(fields {', '.join(CONCEPT_FIELDS)}: the property phrase without final "
-                                  "punctuation and the two concept words)")
+            missing = ", ".join(f for f in CONCEPT_FIELDS if f not in pairs.columns)
+            raise BabelprobeError(f"the items have no {field!r} field, which the meta prompt needs (missing: "
+                                  f"{missing}); add to every pair's record, in the items' language, 'property' "
+                                  "(the property phrase without final punctuation, e.g. can bark) and "
+                                  "'acceptable_concept'/'unacceptable_concept' (the two concept words, e.g. dog, "
+                                  "cat); records with only the two sentences (acceptable_sent/unacceptable_sent, "
+                                  "as on the XCOMPS hub) can be scored with score direct")
         empty = pairs[field].isna() | (pairs[field].astype(str).str.strip() == "")
         if empty.any():
             raise BabelprobeError(f"pair {pairs.loc[empty, 'pair_id'].iloc[0]!r} has an empty {field!r}, "

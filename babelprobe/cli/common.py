@@ -25,7 +25,11 @@ def add_model_options(parser: argparse.ArgumentParser, dtype_option: str = "--dt
 def add_items_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
     group = parser.add_argument_group("items")
     group.add_argument("--items", default=None if required else "xcomps-sample", required=required,
-                       metavar="NAME|PATH", help="bundled set name, item file or directory, or hf:ORG/NAME[:config]")
+                       metavar="NAME|PATH", help="bundled set name, item file (.jsonl .json .csv .tsv .parquet; released "
+                       "COMPS/XCOMPS layouts too) or directory, or hf:ORG/NAME[:config[:split]]")
+    group.add_argument("--language", metavar="CODE",
+                       help="language of a single-language source that does not say (no 'language' field and no "
+                       "code in its name, e.g. a renamed COMPS file: --language en)")
     group.add_argument("--languages", type=comma_list, metavar="LIST", help="comma-separated language codes to keep")
     group.add_argument("--subsets", type=comma_list, metavar="LIST", help="comma-separated subsets to keep")
     group.add_argument("--limit", type=int, metavar="N", help="at most N pairs per language × subset")
@@ -36,7 +40,8 @@ def comma_list(text: str) -> list[str]:
 
 
 def items_from(args):
-    return load_items(args.items, languages=args.languages, subsets=args.subsets, limit=args.limit)
+    return load_items(args.items, languages=args.languages, subsets=args.subsets, limit=args.limit,
+                      language=args.language)
 
 
 def add_http_options(parser) -> None:

@@ -12,7 +12,8 @@ def register(sub) -> None:
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     verbs.add_parser("list", help="every bundled set, of every benchmark, with its size").set_defaults(func=run_list)
     show = verbs.add_parser("show", help="validate an item set, count it per language × subset, print some rows")
-    show.add_argument("source", metavar="NAME|PATH", help="bundled set, item file or directory, or hf:ORG/NAME")
+    show.add_argument("source", metavar="NAME|PATH",
+                      help="bundled set, item file or directory (released COMPS/XCOMPS layouts too), or hf:ORG/NAME")
     show.add_argument("--rows", type=int, default=8, help="number of rows to print (default 8)")
     add_items_options(show)
     show.set_defaults(func=run_show)
@@ -42,8 +43,11 @@ def run_show(args) -> int:
     args.items = args.source
     items = items_from(args)
     counts = items.groupby(["language", "subset"])["pair_id"].nunique().unstack(fill_value=0)
-    print(f"{args.source}: {len(items)} items, {items['pair_id'].nunique()} pairs, valid")
+    skipped = sum(report["skipped"] for report in items.attrs.get("skipped", []))
+    note = f"; {skipped} released record{'s' * (skipped != 1)} skipped (reasons above)" if skipped else ""
+    print(f"{args.source}: {len(items)} items, {items['pair_id'].nunique()} pairs, valid{note}")
     print(f"pairs per language × subset:\n{counts.to_string()}\n")
-    with_text = items[["item_id", "pair_id", "language", "subset", "label", "text"]]
+    release_id = ["id"] if "id" in items.columns else []  # the released record's own id, kept
+    with_text = items[["item_id", "pair_id", *release_id, "language", "subset", "label", "text"]]
     print(with_text.head(args.rows).to_string(index=False))
     return 0

@@ -5,8 +5,14 @@ Writes the per-layer table to --out and, next to it (same name, same extension):
   NAME.oof.parquet     one row per item × layer: out-of-fold decision score and fold (for `compare`)
   NAME.peaks.EXT       one row per group: peak layer with its bootstrap interval, relative depth, 1-SE layer
   NAME.transfer.EXT    with --transfer: train language × test language × subset × layer
-  NAME.settings.json   every setting, seed, library version and the store's fingerprint
+  NAME.probes.h5       the probe of every group × layer fitted on all of the group's items: weights in raw
+                       activation units, intercept, standardisation, C (HDF5; read with `bp.load_probes`)
+  NAME.settings.json   every setting (and the protocol), seed, library version and the store's fingerprint
 and prints the peak layer of each group.
+
+--protocol paper runs the XCOMPS paper's protocol: stratified 5-fold cross-validation (--fold-scheme plain
+--folds 5), F1 averaged over folds, the peak = the maximum over layers; the default keeps the two
+sentences of a pair in one fold (--fold-scheme grouped).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ def register(sub) -> None:
         description="Train a logistic probe (acceptable vs unacceptable) for every layer and group of an "
         "activation store, k-fold cross-validated; write tidy tables and print the peak layer per group.",
         epilog="Side tables next to --out: NAME.folds.EXT, NAME.oof.parquet, NAME.peaks.EXT, "
-        "NAME.transfer.EXT (with --transfer), NAME.settings.json.")
+        "NAME.transfer.EXT (with --transfer), NAME.probes.h5 (the all-items probe weights), NAME.settings.json.")
     parser.add_argument("--acts", required=True, metavar="DIR", help="activation store (from `babelprobe extract`)")
     parser.add_argument("--out", required=True, metavar="FILE", help="per-layer table (.csv or .parquet)")
     parser.add_argument("--by", type=comma_list, default=["language", "subset"], metavar="LIST",
@@ -29,15 +35,20 @@ def register(sub) -> None:
     parser.add_argument("--layers", default="all", metavar="LIST", help="all (default), or e.g. 0,6,12-18")
     parser.add_argument("--pool", default="last", choices=("last", "mean"), help="pooling to read (default last)")
     cv = parser.add_argument_group("cross-validation")
-    cv.add_argument("--folds", type=int, default=5, metavar="K", help="number of folds (default 5)")
-    cv.add_argument("--fold-scheme", choices=("grouped", "plain"), default="grouped",
-                    help="grouped: stratified, pairs kept together (default); plain: XCOMPS's stratified k-fold")
+    cv.add_argument("--protocol", choices=("default", "paper"), default="default",
+                    help="paper: XCOMPS's protocol (stratified 5-fold, F1 over folds, max over layers); "
+                    "recorded in NAME.settings.json")
+    cv.add_argument("--folds", type=int, default=None, metavar="K", help="number of folds (default 5)")
+    cv.add_argument("--fold-scheme", choices=("grouped", "plain"), default=None,
+                    help="grouped: stratified, pairs kept together (default); plain: XCOMPS's stratified k-fold "
+                    "(--protocol paper)")
     cv.add_argument("--seed", type=int, default=0, help="seed of folds, controls and bootstrap (default 0)")
     cv.add_argument("--n-boot", type=int, default=1000, metavar="N",
                     help="bootstrap replicates over pairs for intervals (default 1000; 0 for none)")
     solver = parser.add_argument_group("solver")
-    solver.add_argument("--solver", choices=("torch", "sklearn"), default="torch",
-                        help="torch: batched Newton, all layers and folds at once (default); sklearn: reference")
+    solver.add_argument("--solver", choices=("torch", "newton", "lbfgs", "sklearn"), default="torch",
+                        help="torch: batched, all layers and folds of a group at once, exact Newton for small "
+                        "groups and L-BFGS for large ones (default); newton, lbfgs: that one; sklearn: reference")
     solver.add_argument("--C", default="1.0", metavar="C",
                         help="inverse regularisation (scikit-learn's C; default 1.0); a list like 0.01,0.1,1 "
                         "chooses C per fold and layer by inner cross-validation")
@@ -53,7 +64,7 @@ def register(sub) -> None:
                         "each (default: torch's thread count)")
     solver.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
                         help="working memory of the solver, shared by the groups solved at once (layers are chunked "
-                        "to fit; default 2)")
+                        "to fit; default 2; at least one layer of one group's activations)")
     controls = parser.add_argument_group("controls")
     controls.add_argument("--control", default="none", metavar="NAME",
                           help="none (default), shuffle, hewitt, or all; the majority baseline is always reported")
@@ -67,6 +78,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from babelprobe.analysis.xcomps import DESCRIPTIONS, protocol_settings
     from babelprobe.extract import open_store
     from babelprobe.items import load_items
     from babelprobe.probes.crosslingual import at_peaks, transfer_matrix
@@ -74,8 +86,9 @@ def run(args) -> int:
     from babelprobe.tables import check_output
 
     out = check_output(args.out, (".csv", ".parquet"))  # before the work, not after it
-    if args.folds < 2:
-        raise BabelprobeError(f"--folds must be at least 2, got {args.folds}")
+    chosen = protocol_settings(args.protocol, folds=args.folds, fold_scheme=args.fold_scheme)
+    if chosen["folds"] < 2:
+        raise BabelprobeError(f"--folds must be at least 2, got {chosen['folds']}")
     if args.threads is not None:
         if args.threads < 1:
             raise BabelprobeError(f"--threads must be at least 1, got {args.threads}")
@@ -86,12 +99,14 @@ def run(args) -> int:
     store = open_store(args.acts)
     store.check([args.pool])  # a changed or NaN shard stops here, not as a silently wrong probe
     result: ProbeResult = sweep(
-        store, by=tuple(args.by), layers=args.layers, folds=args.folds, pool=args.pool,
-        fold_scheme=args.fold_scheme, seed=args.seed, solver=args.solver, C=args.C, inner_folds=args.inner_folds,
+        store, by=tuple(args.by), layers=args.layers, folds=chosen["folds"], pool=args.pool,
+        fold_scheme=chosen["fold_scheme"], seed=args.seed, solver=args.solver, C=args.C, inner_folds=args.inner_folds,
         controls=args.control, items=items, transfer=args.transfer, n_boot=args.n_boot, device=args.device,
         dtype=args.dtype, n_jobs=args.jobs, memory_gb=args.memory_gb,
         progress=not args.no_progress)
+    result.settings["protocol"] = args.protocol
     paths = result.write(out)
+    print(f"protocol {args.protocol}: {DESCRIPTIONS[args.protocol]}")
     print(format_peaks(result))
     if result.transfer is not None and (result.transfer["kind"] == "transfer").any():
         print("\ntransfer F1 (mean over subsets; diagonal: cross-validated in-language F1):")

@@ -2,10 +2,14 @@
 
     babelprobe report --results results/demo --out results/demo/figures
     babelprobe report --results results/sweep --transfer results/sweep/neuro.transfer.csv --x relative_depth
+    babelprobe report --results cmp-base --other cmp-instruct --protocol paper    # + XCOMPS Figs. 9 and 13
 
 Writes NAME.pdf (vector) and NAME.png (300 dpi) for each figure whose input is there (the others are
 listed in report.md as skipped), the analysis tables (language_peaks.csv, typology_peaks.csv, ...) and
-report.md, last.
+report.md, last. From a compare directory that includes every XCOMPS figure and table: Figs. 2-6, 10-12
+and 14 and the Table 4/5-style accuracy tables (xcomps_*); with --other (a second model's compare
+directory of the same items) also Fig. 9 and Fig. 13. report.md names the protocol the results were
+made with; --protocol paper refuses results made otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +33,12 @@ def register(sub) -> None:
     parser.add_argument("--n-boot", type=int, default=1000, metavar="N",
                         help="bootstrap replicates for the per-language peak intervals (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--other", metavar="DIR",
+                        help="a second model's compare directory of the same items (e.g. instruct beside base): "
+                        "adds XCOMPS Fig. 9 and Fig. 13, the differences OTHER − RESULTS")
+    parser.add_argument("--protocol", choices=("default", "paper"),
+                        help="check that the results were made with this protocol (`compare --protocol`); default: "
+                        "report what they were made with")
     parser.set_defaults(func=run)
 
 
@@ -39,7 +49,8 @@ def run(args) -> int:
     if args.n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {args.n_boot}")
     out = Path(args.out) if args.out else Path(args.results) / "figures"
-    report = write_report(args.results, out, transfer=args.transfer, x=args.x, n_boot=args.n_boot, seed=args.seed)
+    report = write_report(args.results, out, transfer=args.transfer, x=args.x, n_boot=args.n_boot, seed=args.seed,
+                          other=args.other, protocol=args.protocol)
     for name, paths in report.figures.items():
         print(f"  {name}: {', '.join(p.name for p in paths)}")
     for name, why in report.skipped.items():

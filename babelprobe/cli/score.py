@@ -8,7 +8,8 @@ import pandas as pd
 from babelprobe.analysis.summary import accuracy_pivot, format_pivot
 from babelprobe.benchmarks.direct import REDUCTIONS, score_direct
 from babelprobe.benchmarks.meta import RULES, meta_requests, position_bias, score_meta
-from babelprobe.cli.common import add_items_options, add_model_options, items_from, model_from
+from babelprobe.cli.common import add_items_options, add_model_options, items_from
+from babelprobe.cli.extract import add_placement_options, placed_model
 from babelprobe.runs import score_resumably
 from babelprobe.tables import check_output
 
@@ -21,6 +22,7 @@ def register(sub) -> None:
         description="Score each pair by the sum of its tokens' log-probabilities given BOS (or a reduction); "
         "write one row per pair and print accuracy per language × subset.")
     add_model_options(direct)
+    add_placement_options(direct)
     add_items_options(direct)
     add_scoring_options(direct)
     direct.add_argument("--reduction", choices=REDUCTIONS, default="sum",
@@ -46,7 +48,7 @@ def add_scoring_options(parser) -> None:
 def run_direct(args) -> int:
     check_output(args.out)  # before the work, not after it
     items = items_from(args)
-    lm = model_from(args)
+    lm = placed_model(args)  # one device, or several with --device-map
     settings = {"reduction": args.reduction, "conditional": args.conditional, "truncate": args.truncate}
     results = score_resumably(
         lambda chunk: score_direct(lm, chunk, batch_tokens=args.batch_tokens, padding_side=args.padding_side,
@@ -66,6 +68,7 @@ def add_meta_parser(methods) -> None:
         "score each concept as the answer. Writes one row per pair (method=meta; text_good/text_bad are the "
         "concept words) and prints accuracy per language × subset and the position bias per language.")
     add_model_options(meta)
+    add_placement_options(meta)
     add_items_options(meta)
     group = meta.add_argument_group("meta prompt")
     group.add_argument("--rule", choices=RULES, default="sum",
@@ -97,7 +100,7 @@ def run_meta(args) -> int:
     chat = args.chat_template_file or args.chat_template
     items = items_from(args)
     meta_requests(items, args.prompts, args.prompt_language)  # bad items or prompts: fail before loading the model
-    lm = model_from(args)
+    lm = placed_model(args)  # one device, or several with --device-map
     settings = {"rule": args.rule, "reduction": args.reduction, "close_quote": not args.no_close_quote,
                 "chat_template": chat, "prompts": args.prompts, "prompt_language": args.prompt_language,
                 "truncate": args.truncate}

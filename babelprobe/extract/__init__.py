@@ -8,9 +8,9 @@
     store.keys                                           # item_id, pair_id, language, subset, label, n_tokens
 
 Modules: `capture` (pooling inside the forward pass), `backends` (hf, transformer_lens, nnsight),
-`store` (the HDF5 format, reader, writer, verify), `run` (batching, resume, progress), `layers` (the
-one `--layers` grammar),
-`distributed` (several processes, one store).
+`store` (the HDF5 format, reader, writer, verify), `run` (batching, resume, progress, busy fraction),
+`background` (the shard writer thread), `layers` (the one `--layers` grammar), `distributed` (several
+processes, one store; replicas of a model dispatched over several GPUs).
 """
 
 from babelprobe.extract.backends import BACKENDS

@@ -12,11 +12,23 @@ layer, so the final norm and the vocabulary head never run.
 
 A backend is a context manager: `with make_backend(name, lm, layers) as backend: backend.run(batch,
 pooler)`. Hooks and wrappers are removed on exit and the `LoadedModel` is left as it was.
+
+A model dispatched over devices by accelerate (`load_model(device_map=...)`) keeps its blocks as
+modules with accelerate's hooks (which move inputs and load offloaded weights inside the block's
+forward): the hf backend's hooks sit outside them and see each block's output on that block's device,
+and nnsight traces the same modules. TransformerLens's bridge rebuilds the model and needs it on one device.
+
+The nnsight backend can run remotely (`remote=True`, NDIF; the API key comes from the `NDIF_API_KEY`
+environment variable, read by nnsight itself and never stored or printed by babelprobe): the trace body
+pools each layer with plain torch operations and saves only the stacked [batch, layers, d_model] result,
+so that is all that comes back over the network. `remote="local"` runs exactly that body through
+nnsight's local simulation of the remote path (serialised and deserialised as for the server).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from importlib.metadata import PackageNotFoundError, version
 
 import torch
@@ -126,6 +138,9 @@ class TransformerLensBackend(Backend):
 
     def __init__(self, lm: LoadedModel, layers: list[int]):
         super().__init__(lm, layers)
+        if lm.device_map or lm.remote:
+            raise BabelprobeError("the transformer_lens backend needs the whole model on one device; with "
+                                  "--device-map or a remote model use --backend hf or nnsight")
         try:
             from transformer_lens.model_bridge import TransformerBridge
         except ImportError as err:
@@ -180,21 +195,36 @@ class TransformerLensBackend(Backend):
 
 
 class NNsightBackend(Backend):
-    """An nnsight trace per batch: reads `layers[0].input` and `layers[i-1].output`, pools them in the
-    trace (so only pooled states are kept), then stops the run."""
+    """An nnsight trace per batch that reads `layers[0].input` and `layers[i-1].output`, pools them inside
+    the trace with plain torch operations, saves only the pooled [batch, layers, d_model] states and
+    stops the run. Locally, remotely on NDIF (`remote=True`) or through nnsight's local simulation of
+    the remote path (`remote="local"`): the same trace body in all three."""
 
     name = "nnsight"
 
-    def __init__(self, lm: LoadedModel, layers: list[int]):
+    def __init__(self, lm: LoadedModel, layers: list[int], remote: bool | str = False):
         super().__init__(lm, layers)
         try:
             import nnsight
         except ImportError as err:
             raise BabelprobeError("the nnsight backend needs nnsight >= 0.8 (pip install 'nnsight>=0.8')") from err
+        self.remote = remote
         # nnsight sets its tokenizer's padding side; babelprobe pads itself, so give it a copy.
         tokenizer = copy.deepcopy(lm.tokenizer)
         wrapper = getattr(nnsight, "TransformersModel", None)
-        if wrapper is not None:
+        if remote is True:
+            if wrapper is None:
+                raise BabelprobeError("remote extraction needs nnsight >= 0.8 (pip install 'nnsight>=0.8')")
+            if not lm.remote:
+                raise BabelprobeError("remote extraction needs a remote model (babelprobe extract --remote, or "
+                                      "load_remote_model): NDIF runs models by hub id, not weights loaded here")
+            if not os.environ.get("NDIF_API_KEY"):
+                raise BabelprobeError("remote extraction needs an NDIF API key in the environment variable "
+                                      "NDIF_API_KEY (get one at login.ndif.us)")
+            repo, _, revision = lm.remote.partition("@")
+            # built from the hub id: nnsight loads the config only (meta weights); NDIF holds the real ones
+            self.model = wrapper(repo, revision=revision or None, tokenizer=tokenizer)
+        elif wrapper is not None:
             self.model = wrapper(lm.model, task="text-generation", tokenizer=tokenizer)
         else:  # nnsight < 0.8
             self.model = nnsight.LanguageModel(lm.model, tokenizer=tokenizer)
@@ -205,14 +235,32 @@ class NNsightBackend(Backend):
         self.blocks = envoy
 
     def run(self, batch, pooler):
-        with self.model.trace(dict(batch), use_cache=False) as tracer:
-            for layer in self.layers:
-                if layer == 0:
-                    hidden = self.blocks[0].input
-                else:
-                    hidden = hidden_of(self.blocks[layer - 1].output)
-                pooler.add(self.column[layer], hidden)
+        pooled = self.trace(batch, pooler.rows, pooler.last_index, pooler.weights, tuple(pooler.out))
+        for pool, values in pooled.items():
+            pooler.set(pool, values.to(pooler.out[pool].device))
+
+    def trace(self, batch, rows, last_index, weights, pools) -> dict:
+        """{pool: [batch, n_layers stored, d_model]} pooled inside one trace. The body uses only torch and
+        the tensors given (no babelprobe code), so nnsight can ship it to a server as it is."""
+        blocks, layers = self.blocks, self.layers
+        options = {"remote": self.remote} if self.remote else {}
+        last_states = mean_states = None  # nnsight pushes saved values back into these names
+        with self.model.trace(dict(batch), use_cache=False, **options) as tracer:
+            last, mean = [], []
+            for layer in layers:
+                hidden = blocks[0].input if layer == 0 else blocks[layer - 1].output
+                if isinstance(hidden, (tuple, list)):
+                    hidden = hidden[0]
+                if "last" in pools:
+                    last.append(hidden[rows.to(hidden.device), last_index.to(hidden.device)].float())
+                if "mean" in pools:
+                    mean.append(torch.bmm(weights.to(hidden.device), hidden.float())[:, 0])
+            if last:
+                last_states = torch.stack(last, dim=1).save()
+            if mean:
+                mean_states = torch.stack(mean, dim=1).save()
             tracer.stop()
+        return {pool: values for pool, values in (("last", last_states), ("mean", mean_states)) if values is not None}
 
 
 def backend_version(name: str) -> str:
@@ -221,8 +269,16 @@ def backend_version(name: str) -> str:
     return f"{package} {_version(package)}"
 
 
-def make_backend(name: str, lm: LoadedModel, layers: list[int]) -> Backend:
+def make_backend(name: str, lm: LoadedModel, layers: list[int], remote: bool | str | None = None) -> Backend:
+    """`remote` (nnsight only; see module docstring): True, "local", or False/None (local, unless the
+    model is a remote one)."""
     classes = {"hf": HFBackend, "transformer_lens": TransformerLensBackend, "nnsight": NNsightBackend}
     if name not in classes:
         raise BabelprobeError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+    if remote is None:
+        remote = bool(lm.remote)
+    if name == "nnsight":
+        return NNsightBackend(lm, layers, remote=remote)
+    if remote:
+        raise BabelprobeError(f"only the nnsight backend runs remotely, not {name!r}")
     return classes[name](lm, layers)

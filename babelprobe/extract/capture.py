@@ -10,6 +10,12 @@ does not grow with the number of layers times the sequence length.
 
 `StopForward` is raised after the last requested layer: the rest of the network (final norm, and the
 vocabulary projection, which is most of a small multilingual model's compute) never runs.
+
+A model dispatched over several devices (`load_model(device_map=...)`) hands over each layer on the
+device of its block: the pooler pools there (its index tensors are copied to each device once) and
+copies only the pooled [batch, d_model] rows to its buffers on the input device. `result_async` copies
+the buffers into pinned host memory without blocking (CUDA), so the next batch can start while the
+copy runs; `PooledRows.wait` returns the numpy arrays once it is done (on CPU: at once, no copy).
 """
 
 from __future__ import annotations
@@ -67,14 +73,53 @@ class Pooler:
         self.weights = (weights / weights.sum(dim=1, keepdim=True))[:, None, :]  # [batch, 1, seq]
         self.out = {pool: torch.empty((batch, n_columns, d_model), dtype=torch.float32, device=device)
                     for pool in pools}
+        self._on = {device: (self.rows, self.last_index, self.weights)}
+
+    def indices(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(rows, last index, mean weights) on `device`, copied there once (a block on another GPU)."""
+        if device not in self._on:
+            self._on[device] = tuple(t.to(device) for t in (self.rows, self.last_index, self.weights))
+        return self._on[device]
 
     def add(self, column: int, hidden: torch.Tensor) -> None:
         """Pool one layer's hidden states [batch, seq, d_model] into stored column `column`."""
+        rows, last_index, weights = self.indices(hidden.device)
         if "last" in self.out:
-            self.out["last"][:, column] = hidden[self.rows, self.last_index].to(torch.float32)
+            pooled = hidden[rows, last_index].to(torch.float32)
+            self.out["last"][:, column] = pooled.to(self.rows.device, non_blocking=True)
         if "mean" in self.out:
-            self.out["mean"][:, column] = torch.bmm(self.weights, hidden.to(torch.float32))[:, 0]
+            pooled = torch.bmm(weights, hidden.to(torch.float32))[:, 0]
+            self.out["mean"][:, column] = pooled.to(self.rows.device, non_blocking=True)
+
+    def set(self, pool: str, values: torch.Tensor) -> None:
+        """All columns of `pool` at once ([batch, n_columns, d_model], pooled elsewhere: a remote trace)."""
+        self.out[pool].copy_(values)
+
+    def result_async(self) -> PooledRows:
+        """Start copying the pooled states to host memory (pinned, non-blocking on CUDA); see `PooledRows`."""
+        if next(iter(self.out.values())).device.type != "cuda":
+            return PooledRows({pool: values.cpu() for pool, values in self.out.items()})
+        host = {}
+        for pool, values in self.out.items():
+            host[pool] = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            host[pool].copy_(values, non_blocking=True)  # queued on the device's current stream
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(values.device))
+        return PooledRows(host, done)
 
     def result(self) -> dict[str, np.ndarray]:
         """The pooled states as float32 numpy arrays [batch, n_columns, d_model] (one copy off the device)."""
-        return {pool: values.cpu().numpy() for pool, values in self.out.items()}
+        return self.result_async().wait()
+
+
+class PooledRows:
+    """Pooled states on their way to host memory: `wait()` blocks until the copy is done (a CUDA event)
+    and returns them as numpy arrays. Safe to call from another thread."""
+
+    def __init__(self, host: dict[str, torch.Tensor], done=None):
+        self.host, self.done = host, done
+
+    def wait(self) -> dict[str, np.ndarray]:
+        if self.done is not None:
+            self.done.synchronize()
+        return {pool: values.numpy() for pool, values in self.host.items()}

@@ -8,10 +8,13 @@ How a run goes:
      refuse unless `overwrite`), removes partial leftovers and lists the shards still to do;
   3. each process takes its shards; in a shard, texts are sorted by length and cut into batches under a
      token budget, each text filling at least 90% of its row (`shard_batches`), run once through the
-     model by a backend that pools inside the forward pass, and put back in item order; on a GPU
-     out-of-memory the batch is halved and retried;
-  4. a finished shard is written atomically (temporary name, fsync, rename); the manifest is updated;
-  5. rank 0 writes the complete manifest. Throughput and padding efficiency are reported.
+     model by a backend that pools inside the forward pass; the pooled rows leave the device without
+     blocking (pinned host memory on CUDA); on a GPU out-of-memory the batch is halved and retried;
+  4. a background thread (`background.py`) puts the rows back in item order and writes each finished
+     shard atomically (temporary name, fsync, rename) and updates the manifest, while the model runs
+     the next batches;
+  5. rank 0 writes the complete manifest. Throughput, padding efficiency and the busy fraction (device
+     time in forward passes over wall time, `ForwardClock`) are reported.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.backends import backend_version, make_backend
+from babelprobe.extract.background import BackgroundWriter
 from babelprobe.extract.capture import Pooler
 from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
@@ -52,7 +56,17 @@ class ExtractReport:
     seconds: float = 0.0
     backend: str = "hf"
     halvings: int = 0
+    forward_seconds: float = 0.0  # device time in forward passes (CUDA events; wall time of the forward on CPU)
+    writer_wait_seconds: float = 0.0  # the loop waiting for room in the background writer's queue
+    drain_seconds: float = 0.0  # waiting at the end for the last shards to be written
+    device: str = "cpu"
     per_rank: list = field(default_factory=list)
+
+    @property
+    def busy_fraction(self) -> float:
+        """Share of the wall time the device spent in forward passes (GPU-busy fraction; on CPU the same
+        measure of compute against everything else: tokenising, copying, waiting on the writer)."""
+        return min(1.0, self.forward_seconds / self.seconds) if self.seconds else 0.0
 
     @property
     def padding_efficiency(self) -> float:
@@ -72,7 +86,13 @@ class ExtractReport:
                 f"{self.items_per_s:.1f} items/s, {self.tokens_per_s:.0f} tokens/s, padding efficiency "
                 f"{self.padding_efficiency:.1%}" if self.items_done else "nothing left to extract")
         skipped = f", {self.shards_skipped} already complete" if self.shards_skipped else ""
-        return (f"{done}\nstore {self.path}: {self.n_items} items in {self.n_shards} shards "
+        busy = ""
+        if self.items_done:
+            what = "GPU" if self.device.startswith("cuda") else "compute"
+            busy = (f"\n{what}-busy fraction {self.busy_fraction:.1%} ({self.forward_seconds:.1f} s in forward "
+                    f"passes on {self.device}); waited {self.writer_wait_seconds + self.drain_seconds:.1f} s "
+                    "on the background writer")
+        return (f"{done}{busy}\nstore {self.path}: {self.n_items} items in {self.n_shards} shards "
                 f"({self.shards_written} written{skipped}), backend {self.backend}")
 
 
@@ -117,7 +137,8 @@ def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, *, layers=Non
             backend: str = "hf", dtype: str = "float32", on_overflow: str = "error",
             shard_size: int | None = None, batch_tokens: int = 8192, compression: str = "none",
             padding_side: str = "right", truncate: bool = False, overwrite: bool = False,
-            progress: bool = True, source: dict | None = None, provenance: dict | None = None) -> ExtractReport:
+            progress: bool = True, source: dict | None = None, provenance: dict | None = None,
+            remote: bool | str | None = None) -> ExtractReport:
     """Extract pooled activations of `items` (text column) into the store at `out`.
 
     Parameters
@@ -129,6 +150,9 @@ def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, *, layers=Non
         what to do with a shard whose values exceed float16's range.
     shard_size : items per shard (default: at most 256 MiB of float32 per pooling and 2048 items).
     batch_tokens : token budget per batch (batch size × longest text).
+    remote : nnsight backend only: True runs each batch's trace on NDIF (a model from `load_remote_model`;
+        the default for one), "local" serialises the trace as for NDIF and runs it here (a dry run of the
+        remote path), False/None runs it here.
     source : how to reload the items (e.g. {"source": "xcomps-sample", "languages": [...], "limit": 5}),
         recorded in the manifest so later stages can find them.
     Returns an `ExtractReport`; read the store with `open_store(out)`.
@@ -146,18 +170,22 @@ def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, *, layers=Non
     encodings = lm.encode(items["text"].tolist(), names=items["item_id"].tolist(), truncate=truncate)
     keys = items[["item_id", "pair_id", "language", "subset", "label"]].copy()
     keys["n_tokens"] = np.array([len(e.ids) for e in encodings], dtype=np.int32)
+    if remote is None:
+        remote = bool(lm.remote)
+    if remote and backend != "nnsight":
+        raise BabelprobeError(f"a remote model runs only with --backend nnsight, not {backend!r}")
     writer = _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression,
-                     truncate, source, provenance, batch_tokens, padding_side)
+                     truncate, source, provenance, batch_tokens, padding_side, remote)
     world = join_world(lm.device)
     try:
         return _run(lm, world, writer, encodings, keys, backend, layers, batch_tokens, padding_side,
-                    overwrite, progress)
+                    overwrite, progress, remote)
     finally:
         world.close()
 
 
 def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression, truncate,
-            source, provenance, batch_tokens, padding_side) -> StoreWriter:
+            source, provenance, batch_tokens, padding_side, remote=False) -> StoreWriter:
     from babelprobe.extract.backends import BACKENDS
     from babelprobe.items import items_hash
 
@@ -175,14 +203,14 @@ def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_si
         dtype=dtype, shard_size=shard_size, on_overflow=on_overflow, compression=compression,
         settings=settings,
         provenance={"model": model, "items": item_info, "bos_policy": lm.bos_policy,
-                    "backend": {"name": backend},
+                    "backend": {"name": backend, **({"remote": remote} if remote else {})},
                     "pooling": {p: (MEAN_POOLING if p == "mean" else LAST_POOLING) for p in pools},
                     "batching": {"batch_tokens": batch_tokens, "padding_side": padding_side},
                     **provenance})
 
 
 def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, layers, batch_tokens,
-         padding_side, overwrite, progress) -> ExtractReport:
+         padding_side, overwrite, progress, remote=False) -> ExtractReport:
     report = ExtractReport(path=writer.path, n_items=writer.n_rows, n_shards=writer.n_shards, backend=backend_name)
     lock = store_lock(writer.path)
     held, todo, error = False, None, None
@@ -205,7 +233,7 @@ def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, l
         error, stats = None, None
         try:
             stats = _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, batch_tokens,
-                                    padding_side, mine, progress)
+                                    padding_side, mine, progress, remote)
         except Exception as err:
             if world.size == 1:
                 raise
@@ -216,9 +244,15 @@ def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, l
         for key in ("shards_written", "items_done", "real_tokens", "processed_tokens", "halvings"):
             setattr(report, key, sum(s[key] for s in everyone))
         report.seconds = max(s["seconds"] for s in everyone)
+        # busy fraction over all ranks: each rank's forward time against the same wall time
+        report.forward_seconds = sum(s["forward_seconds"] for s in everyone) / world.size
+        report.writer_wait_seconds = max(s["writer_wait_seconds"] for s in everyone)
+        report.drain_seconds = max(s["drain_seconds"] for s in everyone)
+        report.device = stats["device"] if stats else str(lm.device)
         report.per_rank = everyone if world.size > 1 else []
         if world.is_main and not writer.already_complete:
-            writer.finish(extra={"backend": {"name": backend_name, "version": backend_version(backend_name)},
+            writer.finish(extra={"backend": {"name": backend_name, "version": backend_version(backend_name),
+                                             **({"remote": remote} if remote else {})},
                                  "world_size": world.size})
         world.gather(None)  # every rank returns once the manifest is complete
     finally:
@@ -228,9 +262,10 @@ def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, l
 
 
 def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, batch_tokens, padding_side,
-                    shards, progress) -> dict:
+                    shards, progress, remote=None) -> dict:
     stats = {"shards_written": 0, "items_done": 0, "real_tokens": 0, "processed_tokens": 0, "halvings": 0,
-             "seconds": 0.0}
+             "seconds": 0.0, "forward_seconds": 0.0, "writer_wait_seconds": 0.0, "drain_seconds": 0.0,
+             "write_seconds": 0.0, "device": str(lm.device)}
     if not shards:
         return stats
     total = sum(writer.shard_rows(k)[1] - writer.shard_rows(k)[0] for k in shards)
@@ -239,38 +274,87 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
     records = [] if world.size > 1 else [writer.record_of(k) for k in range(writer.n_shards)
                                          if k not in shards and writer.shard_is_done(k)]
     start = time.perf_counter()
-    with make_backend(backend_name, lm, layers) as backend, torch.inference_mode():
-        runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats)
-        for k in shards:
-            r0, r1 = writer.shard_rows(k)
-            arrays = {p: np.empty((r1 - r0, len(layers), lm.d_model), dtype=np.float32) for p in writer.pools}
-            shard_encodings = encodings[r0:r1]
-            for batch in shard_batches([len(e.ids) for e in shard_encodings], batch_tokens):
-                runner.run(batch, shard_encodings, arrays)
-                stats["items_done"] += len(batch)
-                bar.update(len(batch))
-                elapsed = time.perf_counter() - start
-                bar.set_postfix_str(f"{stats['real_tokens'] / max(elapsed, 1e-9):.0f} tok/s", refresh=False)
-            record = writer.write_shard(k, keys.iloc[r0:r1], arrays)
-            stats["shards_written"] += 1
-            if world.size == 1:  # the manifest shows progress; ranks leave it to rank 0
-                records.append(record)
-                writer.update_manifest(records, complete=False)
-    bar.close()
+    clock = ForwardClock(lm.device)
+    with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode():
+        runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock)
+        background = BackgroundWriter(writer, keys, (len(layers), lm.d_model), records,
+                                      update_manifest=world.size == 1, threaded=remote != "local")
+        try:
+            for k in shards:
+                r0, r1 = writer.shard_rows(k)
+                shard_encodings = encodings[r0:r1]
+                background.start(k)
+                for batch in shard_batches([len(e.ids) for e in shard_encodings], batch_tokens):
+                    for rows, pooled in runner.run(batch, shard_encodings):
+                        background.rows(rows, pooled)
+                    stats["items_done"] += len(batch)
+                    bar.update(len(batch))
+                    elapsed = time.perf_counter() - start
+                    bar.set_postfix_str(f"{stats['real_tokens'] / max(elapsed, 1e-9):.0f} tok/s", refresh=False)
+                background.end(k)
+            drain = time.perf_counter()
+            background.close()  # the last shards are written before the run counts as done
+            stats["drain_seconds"] = time.perf_counter() - drain
+        except BaseException:
+            background.abort()
+            raise
+        finally:
+            bar.close()
     stats["seconds"] = time.perf_counter() - start
+    stats["forward_seconds"] = clock.total()
+    stats["shards_written"] = background.shards_written
+    stats["writer_wait_seconds"] = background.waited
+    stats["write_seconds"] = background.write_seconds
     return stats
 
 
-class _BatchRunner:
-    """Runs one length-sorted batch through the backend and scatters the pooled rows into the shard's
-    arrays; halves the batch and retries when the GPU runs out of memory."""
+class ForwardClock:
+    """Time the device spends in forward passes: CUDA events around each batch's forward (read at the end,
+    so timing never makes the host wait for the device), wall time on CPU where the forward is synchronous."""
 
-    def __init__(self, lm, backend, layers, pools, padding_side, stats):
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.pending: list = []
+        self.seconds = 0.0
+
+    def begin(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def end(self, begun) -> None:
+        if not self.cuda:
+            self.seconds += time.perf_counter() - begun
+            return
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        self.pending.append((begun, event))
+        while len(self.pending) > 64 and self.pending[0][1].query():  # fold in what the device has finished
+            first, last = self.pending.pop(0)
+            self.seconds += first.elapsed_time(last) / 1000
+
+    def total(self) -> float:
+        for first, last in self.pending:
+            last.synchronize()
+            self.seconds += first.elapsed_time(last) / 1000
+        self.pending = []
+        return self.seconds
+
+
+class _BatchRunner:
+    """Runs one length-sorted batch through the backend and returns its pooled rows (on their way to host
+    memory); halves the batch and retries when the GPU runs out of memory."""
+
+    def __init__(self, lm, backend, layers, pools, padding_side, stats, clock: ForwardClock):
         self.lm, self.backend, self.layers, self.pools = lm, backend, layers, pools
-        self.padding_side, self.stats = padding_side, stats
+        self.padding_side, self.stats, self.clock = padding_side, stats, clock
         self.exclude_bos = lm.bos_policy == "bos"
 
-    def run(self, rows: list[int], encodings, arrays) -> None:
+    def run(self, rows: list[int], encodings) -> list:
+        """[(rows, PooledRows)]: one entry, or several when the batch had to be halved."""
         try:
             pooled = self._forward([encodings[i] for i in rows])
         except torch.OutOfMemoryError:
@@ -278,21 +362,20 @@ class _BatchRunner:
         if pooled is None:
             if len(rows) == 1:
                 raise BabelprobeError(f"out of GPU memory on a single text of {len(encodings[rows[0]].ids)} "
-                                      "tokens; use a smaller model dtype or a bigger GPU")
+                                      "tokens; use a smaller model dtype, --device-map auto or a bigger GPU")
             torch.cuda.empty_cache()
             self.stats["halvings"] += 1
             half = len(rows) // 2
-            self.run(rows[:half], encodings, arrays)
-            self.run(rows[half:], encodings, arrays)
-            return
-        for pool, values in pooled.items():
-            arrays[pool][rows] = values
+            return self.run(rows[:half], encodings) + self.run(rows[half:], encodings)
+        return [(rows, pooled)]
 
-    def _forward(self, encodings) -> dict[str, np.ndarray]:
+    def _forward(self, encodings):
         batch = pad_batch(encodings, self.lm.pad_token_id, self.padding_side, self.lm.device)
         pooler = Pooler(batch["attention_mask"], self.pools, len(self.layers), self.lm.d_model, self.exclude_bos)
+        begun = self.clock.begin()
         self.backend.run(batch, pooler)
-        result = pooler.result()
+        self.clock.end(begun)
+        result = pooler.result_async()
         self.stats["real_tokens"] += sum(len(e.ids) for e in encodings)
         self.stats["processed_tokens"] += int(batch["input_ids"].numel())
         return result

@@ -593,7 +593,7 @@ class Store:
         if not info.get("source"):
             raise BabelprobeError(f"store {self.path} does not record its item source; load the items yourself")
         items = load_items(info["source"], languages=info.get("languages"), subsets=info.get("subsets"),
-                           limit=info.get("limit"))
+                           limit=info.get("limit"), language=info.get("language"))
         if info.get("hash") and items_hash(items) != info["hash"]:
             raise BabelprobeError(f"items from {info['source']} have changed since store {self.path} was made "
                                   f"(hash {items_hash(items)} != {info['hash']}); re-extract")

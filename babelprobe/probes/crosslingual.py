@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
 from babelprobe.probes.metrics import accuracies, aucs, f1_scores
-from babelprobe.probes.solvers import fit_predict
+from babelprobe.probes.solvers import EXACT_MAX, fit_predict
 from babelprobe.probes.source import (
     as_store,
     group_name,
@@ -30,7 +30,8 @@ from babelprobe.probes.source import (
 
 def transfer(store, by=("subset",), layers="all", *, across: str = "language", pool: str = "last", C: float = 1.0,
              solver: str = "torch", device=None, dtype=None, max_iter: int | None = None, tol: float | None = None,
-             n_jobs: int | None = None, memory_gb: float = 2.0, progress: bool = False) -> pd.DataFrame:
+             n_jobs: int | None = None, memory_gb: float = 2.0, exact_max: int = EXACT_MAX,
+             progress: bool = False) -> pd.DataFrame:
     """Train a probe per `across` value (language) and layer within each group of `by`; score every other
     language of the group.
 
@@ -40,7 +41,7 @@ def transfer(store, by=("subset",), layers="all", *, across: str = "language", p
     by : grouping inside which languages are compared (default: per subset).
     layers : "all", a list, or "0,4,8-12".
     across : the column whose values are trained on and tested on (default "language").
-    C, solver, device, dtype, max_iter, tol, n_jobs, memory_gb : as in `fit_predict`.
+    C, solver, device, dtype, max_iter, tol, n_jobs, memory_gb, exact_max : as in `fit_predict`.
 
     Returns
     -------
@@ -72,7 +73,8 @@ def transfer(store, by=("subset",), layers="all", *, across: str = "language", p
         for chunk in layer_chunks(layer_list, len(part), store.d_model, memory_gb):
             X = read_checked(store, index, chunk, pool, name)
             scores[:, j:j + len(chunk)] = fit_predict(X, y, train, C, solver=solver, device=device, dtype=dtype,
-                                                      max_iter=max_iter, tol=tol, n_jobs=n_jobs, memory_gb=memory_gb)
+                                                      max_iter=max_iter, tol=tol, n_jobs=n_jobs, memory_gb=memory_gb,
+                                                      exact_max=exact_max)
             j += len(chunk)
         group_values = dict(zip(by, key, strict=True))
         for a, source in enumerate(names):

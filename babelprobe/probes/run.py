@@ -7,24 +7,27 @@ default), read group by group from an activation store — the XCOMPS "neuro" me
     result.peaks        # one row per group: peak layer, its bootstrap interval, relative depth, 1-SE layer
     result.oof          # one row per item × layer: out-of-fold decision score and fold
     result.pair_scores(layer=6)   # one row per pair: correct when score_good > score_bad
-    result.write("neuro.csv")     # neuro.csv + neuro.folds.csv, neuro.oof.parquet, neuro.peaks.csv, ...
+    result.probes       # the probe of every group × layer fitted on all of the group's items (`Probes`)
+    result.write("neuro.csv")     # neuro.csv + neuro.folds.csv, neuro.oof.parquet, neuro.peaks.csv,
+                                  # neuro.probes.h5 (the weights, `bp.load_probes`), ...
 
 For each group: items labelled -1 are left out; folds are made (grouped by pair by default); for every
 layer and fold a probe is trained on the standardised training rows and scores the held-out rows
 (all layers and folds of a group in one batched solve with the torch solver); F1 of the positive class
 (label 1, acceptable) is computed per fold and averaged; a bootstrap over pairs gives intervals. Controls
-(majority, shuffled labels, Hewitt–Liang concept control) use the same folds and C.
+(majority, shuffled labels, Hewitt–Liang concept control) use the same folds and C. The probe fitted
+on all of the group's items (at the C chosen most often across folds) is solved in the same batch and
+kept (`ProbeResult.probes`, written as NAME.probes.h5; see `babelprobe.probes.weights`).
 
-On a CPU the torch solver works on several groups at once, one thread each: its many small Newton
+On a CPU the torch solvers work on several groups at once, one thread each: the many small Newton
 factorisations do not spread over threads, so groups side by side use the cores far better than
-threads inside one solve.
+threads inside one solve (one group alone: L-BFGS spreads its layers over the threads instead).
 """
 
 from __future__ import annotations
 
 import json
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +49,7 @@ from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
 from babelprobe.probes.metrics import f1_scores, fold_metrics, out_of_fold
 from babelprobe.probes.pairs import pair_scores
 from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, peak_summary
-from babelprobe.probes.solvers import SOLVERS, fit_predict
+from babelprobe.probes.solvers import EXACT_MAX, SOLVERS, fit_predict, single_threaded
 from babelprobe.probes.source import (
     as_store,
     group_name,
@@ -56,6 +59,7 @@ from babelprobe.probes.source import (
     read_checked,
     usable_keys,
 )
+from babelprobe.probes.weights import Probes
 from babelprobe.tables import atomic_path, write_table
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
@@ -71,6 +75,7 @@ class ProbeResult:
     peaks: pd.DataFrame
     transfer: pd.DataFrame | None = None
     settings: dict = field(default_factory=dict)
+    probes: Probes | None = None
 
     def pair_scores(self, layer: int | list[int] | None = None, items: pd.DataFrame | None = None) -> pd.DataFrame:
         """One row per pair (and layer): correct when the acceptable sentence scores higher."""
@@ -78,13 +83,16 @@ class ProbeResult:
 
     def paths(self, out: str | Path) -> dict[str, Path]:
         """Where `write(out)` puts each table: the side tables take out's name and extension, except the
-        out-of-fold scores, always Parquet (they have a row per item and layer)."""
+        out-of-fold scores, always Parquet (they have a row per item and layer), and the probe weights,
+        always HDF5."""
         out = Path(out)
         stem, ext = out.with_suffix(""), out.suffix
         paths = {"table": out, "folds": Path(f"{stem}.folds{ext}"), "oof": Path(f"{stem}.oof.parquet"),
                  "peaks": Path(f"{stem}.peaks{ext}"), "settings": Path(f"{stem}.settings.json")}
         if self.transfer is not None:
             paths["transfer"] = Path(f"{stem}.transfer{ext}")
+        if self.probes is not None:
+            paths["probes"] = Path(f"{stem}.probes.h5")
         return paths
 
     def write(self, out: str | Path) -> dict[str, Path]:
@@ -92,6 +100,9 @@ class ProbeResult:
         paths = self.paths(out)
         if paths["table"].suffix not in (".csv", ".parquet"):
             raise BabelprobeError(f"--out {out}: use a .csv or .parquet file name")
+        if "probes" in paths:
+            self.probes.settings = dict(self.settings)  # as written (e.g. with the protocol recorded after the sweep)
+            self.probes.write(paths["probes"])
         for name in ("folds", "oof", "peaks", "transfer", "table"):  # the main table last: it marks completion
             if name in paths:
                 write_table(getattr(self, name), paths[name])
@@ -107,10 +118,11 @@ class ProbeResult:
 
         paths = cls(*(pd.DataFrame(),) * 4).paths(out)
         transfer = Path(f"{paths['table'].with_suffix('')}.transfer{paths['table'].suffix}")
+        probes = Path(f"{paths['table'].with_suffix('')}.probes.h5")  # absent in results of older versions
         settings = json.loads(paths["settings"].read_text(encoding="utf-8")) if paths["settings"].exists() else {}
         return cls(table=read_table(paths["table"]), folds=read_table(paths["folds"]), oof=read_table(paths["oof"]),
                    peaks=read_table(paths["peaks"]), transfer=read_table(transfer) if transfer.exists() else None,
-                   settings=settings)
+                   settings=settings, probes=Probes.read(probes) if probes.exists() else None)
 
 
 def parse_controls(controls) -> tuple[str, ...]:
@@ -144,7 +156,7 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
           controls="none", items: pd.DataFrame | None = None, transfer: bool = False, n_boot: int = 1000,
           device=None, dtype=None, max_iter: int | None = None, tol: float | None = None,
           n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
-          progress: bool = False) -> ProbeResult:
+          exact_max: int = EXACT_MAX, progress: bool = False) -> ProbeResult:
     """Cross-validated probes for every layer of every group of a store.
 
     Parameters
@@ -156,7 +168,9 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
     pool : "last" or "mean" (must be in the store).
     fold_scheme : "grouped" (stratified, pairs kept together; default) or "plain" (XCOMPS).
     seed : seed of fold shuffling, controls and bootstrap (recorded in every table).
-    solver : "torch" (batched Newton; all layers and folds of a group at once) or "sklearn" (reference).
+    solver : "torch" (batched, all layers and folds of a group at once: exact Newton for small groups,
+        L-BFGS for large ones, see `babelprobe.probes.solvers`), "newton" or "lbfgs" (that one), or
+        "sklearn" (the reference).
     C : scikit-learn's inverse regularisation; a list (e.g. [0.01, 0.1, 1]) chooses C per fold and
         layer by inner cross-validation (`inner_folds`, same scheme) on the training fold's F1.
     controls : "none", "shuffle", "hewitt", "all" or a list; the majority baseline is always reported.
@@ -164,8 +178,8 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
         default the item source recorded in the store's manifest is used when hewitt is asked for.
     transfer : also train on each language and test on the others (see `babelprobe.probes.crosslingual`).
     n_boot : bootstrap replicates over pairs for intervals (0: none).
-    device, dtype, max_iter, tol, n_jobs, memory_gb : solver options (see `fit_predict`); n_jobs
-        parallelises the sklearn solver over layers. `memory_gb` is the budget of all groups in flight.
+    device, dtype, max_iter, tol, n_jobs, memory_gb, exact_max : solver options (see `fit_predict`);
+        n_jobs parallelises the sklearn solver over layers. `memory_gb` is the budget of all groups in flight.
     workers : groups solved at the same time, one thread each (torch solver on CPU; default: torch's
         thread count). 1 solves one group at a time with all of torch's threads.
     progress : show a progress bar over groups.
@@ -173,7 +187,8 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
     Returns
     -------
     ProbeResult with `table` (group × layer), `folds` (group × layer × fold), `oof` (item × layer),
-    `peaks` (group), `transfer` (or None) and `settings`.
+    `peaks` (group), `transfer` (or None), `settings` and `probes` (the all-items probe of every group
+    × layer, `Probes`).
     """
     store = as_store(store)
     by = tuple(by)
@@ -200,7 +215,7 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
     options = dict(n_folds=folds, fold_scheme=fold_scheme, seed=seed, Cs=Cs, inner_folds=inner_folds,
                    controls=control_names, n_boot=n_boot, n_layers=store.n_layers, memory_gb=share,
                    fit=dict(solver=solver, device=device, dtype=dtype, max_iter=max_iter, tol=tol, n_jobs=n_jobs,
-                            memory_gb=share))
+                            memory_gb=share, exact_max=exact_max))
 
     def one_group(group):
         key, index = group
@@ -220,13 +235,13 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
                 "n_layers": store.n_layers, "store": str(getattr(store, "path", "")),
                 "fingerprint": getattr(store, "fingerprint", None), "items_hash": getattr(store, "items_hash", None),
                 "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
-                "libraries": _versions()}
+                "exact_max": exact_max, "libraries": _versions()}
     table = _with_settings(pd.concat([p["table"] for p in parts], ignore_index=True), settings)
     out = ProbeResult(table=table,
                       folds=_with_settings(pd.concat([p["folds"] for p in parts], ignore_index=True), settings),
                       oof=pd.concat([p["oof"] for p in parts], ignore_index=True),
                       peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), settings),
-                      settings=settings)
+                      settings=settings, probes=_probes(parts, groups, by, layer_list, settings))
     if transfer:
         out.transfer = _transfer_with_diagonal(source, by, layer_list, table, pool=pool, progress=progress,
                                                C=_most_chosen_C(table), **options["fit"])
@@ -235,12 +250,12 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
 
 def group_workers(workers: int | None, solver: str, device, n_groups: int) -> int:
     """How many groups to solve at once: `workers` if given, else torch's thread count for the torch
-    solver on a CPU (1 on a GPU, and for the sklearn solver, which has its own `n_jobs`)."""
+    solvers on a CPU (1 on a GPU, and for the sklearn solver, which has its own `n_jobs`)."""
     if workers is not None:
         if workers < 1:
             raise BabelprobeError(f"workers must be at least 1, got {workers}")
         return min(workers, max(1, n_groups))
-    if solver != "torch":
+    if solver == "sklearn":
         return 1
     import torch
 
@@ -270,28 +285,14 @@ def map_groups(fn, groups: list, workers: int, progress: bool) -> list:
                 future.cancel()
 
 
-@contextmanager
-def single_threaded():
-    """torch and the BLAS libraries on one thread each (restored afterwards), for work spread over threads."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, name: str, n_folds: int,
                 fold_scheme: str, seed: int, Cs: list[float], inner_folds: int, controls: tuple[str, ...],
                 concepts: np.ndarray | None, n_boot: int, n_layers: int, memory_gb: float, fit: dict) -> dict:
     """Cross-validate probes for one group.
 
     `read(layers)` returns float32 activations [n, len(layers), d] of the group's rows (`keys`, labels
-    0/1 only). Returns a dict of `table` rows (per layer), `folds` rows, `oof` rows and the `peak`."""
+    0/1 only). Returns a dict of `table` rows (per layer), `folds` rows, `oof` rows, the `peak` and the
+    `probe` fitted on all rows (arrays per layer: coef, intercept, mean, scale, C; its method)."""
     labels = keys["label"].to_numpy(int)
     pair_ids = keys["pair_id"].astype(str).to_numpy()
     n, L = len(labels), len(layers)
@@ -303,19 +304,29 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, na
     if "hewitt" in controls:
         control = concept_labels(concepts, group_rng(seed, name, "hewitt"))
         tasks["hewitt"] = np.tile(control, (n_folds, 1))
-    y = np.concatenate(list(tasks.values()))
-    trains = np.tile(train, (len(tasks), 1))
-    scores = np.empty((len(y), L, n))
+    # the last problem trains on every row: the probe that is kept (in the same batch as the folds)
+    y = np.concatenate([*tasks.values(), labels[None]])
+    trains = np.concatenate([np.tile(train, (len(tasks), 1)), np.ones((1, n), dtype=bool)])
+    scores = np.empty((len(y) - 1, L, n))
     chosen = np.full((n_folds, L), Cs[0])
+    kept = {"coef": np.empty((L, d_model)), "intercept": np.empty(L), "mean": np.empty((L, d_model)),
+            "scale": np.empty((L, d_model)), "C": np.empty(L)}
     j = 0
     for chunk in layer_chunks(layers, n, d_model, memory_gb):
         X = read(chunk)
+        at = slice(j, j + len(chunk))
         if len(Cs) > 1:
-            chosen[:, j:j + len(chunk)] = choose_C(X, labels, pair_ids, train, Cs, inner_folds, fold_scheme, seed,
-                                                   name, fit)
-        scores[:, j:j + len(chunk)] = fit_predict(X, y, trains, np.tile(chosen[:, j:j + len(chunk)], (len(tasks), 1)),
-                                                  **fit)
+            chosen[:, at] = choose_C(X, labels, pair_ids, train, Cs, inner_folds, fold_scheme, seed, name, fit)
+        C_all = np.concatenate([np.tile(chosen[:, at], (len(tasks), 1)),
+                                [[_mode(chosen[:, k]) for k in range(at.start, at.stop)]]])
+        part, fitted = fit_predict(X, y, trains, C_all, return_fit=True, **fit)
+        scores[:, at] = part[:-1]
+        for key in ("coef", "intercept", "mean", "scale"):
+            kept[key][at] = getattr(fitted, key)[-1]
+        kept["C"][at] = C_all[-1]
+        kept["method"] = fitted.method
         j += len(chunk)
+    kept.update(n_train=n, n_positive=int((labels == 1).sum()))
     by_task = dict(zip(tasks, np.split(scores, len(tasks)), strict=True))
     main = fold_metrics(by_task["probe"], labels, fold, n_folds)
     majority_f1s, majority_accuracy = majority_baseline(labels, fold, n_folds)
@@ -333,7 +344,7 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, na
     return {"table": _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replicates),
             "folds": _fold_rows(layers, main, extra, chosen, train),
             "oof": _oof_rows(keys, layers, fold, oof),
-            "peak": _peak_row(layers, n_layers, main, replicates, n, pair_ids)}
+            "peak": _peak_row(layers, n_layers, main, replicates, n, pair_ids), "probe": kept}
 
 
 def choose_C(X: np.ndarray, labels: np.ndarray, pair_ids: np.ndarray, train: np.ndarray, Cs: list[float],
@@ -417,6 +428,16 @@ def _label_group(result: dict, by, key) -> dict:
         frame.insert(0, "method", "neuro")
     out["peak"] = {"method": "neuro", **values, **result["peak"]}
     return out
+
+
+def _probes(parts: list[dict], groups: list, by: tuple, layers: list[int], settings: dict) -> Probes:
+    """The kept all-items probes of every group, as one `Probes`."""
+    kept = [part["probe"] for part in parts]
+    table = pd.DataFrame([dict(zip(by, key, strict=True)) for key, _ in groups], columns=list(by))
+    for column in ("n_train", "n_positive", "method"):
+        table[column] = [probe[column] for probe in kept]
+    arrays = {key: np.stack([probe[key] for probe in kept]) for key in ("coef", "intercept", "mean", "scale", "C")}
+    return Probes(table, layers, **arrays, by=by, settings=settings)
 
 
 def _with_settings(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:

@@ -1,41 +1,68 @@
-"""Logistic-regression probes: a batched torch solver that fits many problems (folds × layers) at once,
-and scikit-learn's `LogisticRegression` as the reference.
+"""Logistic-regression probes: batched torch solvers that fit many problems (folds × controls × layers)
+at once, and scikit-learn's `LogisticRegression` as the reference.
 
-Both solve scikit-learn's L2 problem on features standardised with the mean and standard deviation of
+All solve scikit-learn's L2 problem on features standardised with the mean and standard deviation of
 the training rows only (like `StandardScaler` fitted on the training fold):
 
     minimise over w, b:   C · Σ_i logloss(y_i, z_i·w + b)  +  ½‖w‖²        (the intercept b is not penalised)
 
-The torch solver is Newton's method with a backtracking line search, run on a whole batch of problems
-in lock-step. It picks the cheaper exact formulation per batch: when a problem has fewer training rows
+(scikit-learn's lbfgs minimises the same function divided by C·m: the same optimum.) Two torch methods:
+
+**"newton"**: Newton's method with a backtracking line search, run on a whole batch of problems in
+lock-step. It picks the cheaper exact formulation per batch: when a problem has fewer training rows
 m than features d (640 dims, ~100 rows per fold here) it works in the m-dimensional row space
 (w = Zᵀa, so every Newton step is an m × m Cholesky solve on the kernel K = ZZᵀ); otherwise it solves
 the (d+1) × (d+1) primal Newton system. Both give the same optimum, which scikit-learn's lbfgs
-approaches to its tolerance (its default tol=1e-4 stops visibly short of it).
+approaches to its tolerance (its default tol=1e-4 stops visibly short of it). Problems leave the batch
+as they converge, and a step longer than Newton's is taken when it lowers the objective more: together
+~5 factorisations per problem instead of ~7. Everything is float32 by default, with a tolerance matched
+to it: on Gemma-3-270M activations the decision scores stay within 3e-4 of the largest score of an
+all-float64 fit, with no sign changes in 129,200 scores (the same as float64 Newton iterations on the
+same float32 data); `dtype=float64` gives the exact optimum (tests compare it with scikit-learn run to
+tol=1e-10). Linear solves use Cholesky only (batched LU in some CPU builds of torch fails on well-posed
+systems). Its cost grows as min(m, d)³ per step and its memory as min(m, d)² per problem.
 
-Problems leave the batch as they converge, and a step longer than Newton's is taken when it lowers the
-objective more: together ~5 factorisations per problem instead of ~7. Everything is float32 by
-default, with a tolerance matched to it: on Gemma-3-270M activations the decision scores stay within
-3e-4 of the largest score of an all-float64 fit, with no sign changes in 129,200 scores (the same as
-float64 Newton iterations on the same float32 data); `dtype=float64` gives the exact optimum (tests
-compare it with scikit-learn run to tol=1e-10). Linear solves use Cholesky only (batched LU in some CPU
-builds of torch fails on well-posed systems).
+**"lbfgs"**: L-BFGS (10 pairs of history, like scikit-learn's) whose iterations cost O(n·d) per layer
+and no [m, m] or [d, d] matrix: the problems of a layer share the layer's activations X and use their
+standardised features only through products, Z·v = X(v/σ) − μ·(v/σ) and Zᵀr = (Xᵀr − μ·Σr)/σ, so one
+iteration is two passes over X for all of the layer's problems together (one skinny matrix product
+each way). The step length is the minimum of the objective along the direction, found by a few 1-D
+Newton steps on the cached Z·direction (no further pass). It stops with scikit-learn's own criterion:
+the largest gradient component of the mean objective below `tol`.
 
-`fit_predict(X, y, train, C)` is the entry point of both solvers: X [n, layers, d] activations, one
+On a CPU with several torch threads, both split a chunk's layers between threads of one core each (like
+the groups of a sweep side by side).
+
+`solver="torch"` chooses: exact Newton while min(m, d + 1) ≤ `exact_max` (768) and one layer of its
+systems fits in `memory_gb`; L-BFGS otherwise. Measured on one CPU core (5 folds + the all-rows probe,
+m the all-rows count): on synthetic planted-signal data L-BFGS needs ~50–130 iterations and overtakes
+exact Newton from min(m, d + 1) ≈ 500; on Gemma-3-270M activations (640 dims) it needs ~120–190 and
+exact Newton stays 2–3× faster even at m = 544 and m = 5440 (primal (d+1)-sized systems). Newton is
+hopeless once both m and d reach thousands (minutes per layer at 4000 × 2048).
+
+`fit_predict(X, y, train, C)` is the entry point of every solver: X [n, layers, d] activations, one
 row of labels and one training mask per problem; it returns the decision score of every row for every
-problem and layer, so held-out rows give out-of-fold scores and other languages give transfer scores.
+problem and layer, so held-out rows give out-of-fold scores and other languages give transfer scores,
+and with `return_fit=True` also the probes themselves (`LinearFit`: weights in raw activation units,
+intercept, standardisation).
 """
 
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
 
 from babelprobe.errors import BabelprobeError
 
-SOLVERS = ("torch", "sklearn")
+SOLVERS = ("torch", "newton", "lbfgs", "sklearn")  # "torch": newton or lbfgs, chosen by size
+EXACT_MAX = 768  # solver="torch" uses exact Newton while min(m, d + 1) is at most this (see above)
+LBFGS_MEMORY = 10  # (s, y) pairs kept, as scikit-learn's lbfgs (scipy's maxcor)
 
 
 # ------------------------------------------------------------------------------------------ devices
@@ -256,7 +283,168 @@ def newton_primal(Z, y, s, C, max_iter, tol):
     return w_out[:, :d], w_out[:, d], n_iter
 
 
+# ------------------------------------------------------------------ L-BFGS on activations shared by layer
+
+class SharedFeatures:
+    """The standardised training features Z = (X − μ)/σ of every problem, used through products only.
+
+    X [Lc, n, d]: the (centred) activations of all n rows at Lc layers, shared by the P problems of each
+    layer; mean, scale [Lc, P, d]: each problem's standardisation. Vectors in the standardised space
+    carry the intercept as their last coordinate ([Lc, P, d+1]); row vectors are [Lc, P, n], over all n
+    rows (the training masks weight them). `alive` lists the layers still being solved: the others are
+    skipped (their products come back as zeros), so layers that converged early cost nothing more.
+    """
+
+    def __init__(self, X: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor):
+        self.X, self.mean, self.inv = X, mean, 1 / scale
+        self.d = X.shape[-1]
+
+    def forward(self, V: torch.Tensor, alive: list[int]) -> torch.Tensor:
+        """Z·v + b for every problem: [Lc, P, d+1] -> [Lc, P, n]."""
+        u = V[..., : self.d] * self.inv  # the weights in (centred) raw units
+        out = torch.zeros(*V.shape[:2], self.X.shape[1], dtype=V.dtype, device=V.device)
+        for j in alive:
+            out[j] = (self.X[j] @ u[j].T).T  # [n, d] @ [d, P]: the fast way round for few columns
+        return out - (u * self.mean).sum(-1, keepdim=True) + V[..., self.d:]
+
+    def backward(self, R: torch.Tensor, alive: list[int]) -> torch.Tensor:
+        """(Zᵀr, Σr) for every problem: [Lc, P, n] -> [Lc, P, d+1]."""
+        total = R.sum(-1, keepdim=True)
+        XtR = torch.zeros(*R.shape[:2], self.d, dtype=R.dtype, device=R.device)
+        for j in alive:
+            XtR[j] = R[j] @ self.X[j]
+        return torch.cat([(XtR - self.mean * total) * self.inv, total], -1)
+
+
+def lbfgs(Z: SharedFeatures, y: torch.Tensor, s: torch.Tensor, C: torch.Tensor, *, tol: float,
+          max_iter: int, memory: int = LBFGS_MEMORY):
+    """Batched L-BFGS on scikit-learn's L2 logistic problem, every problem of every layer in lock-step.
+
+    Parameters
+    ----------
+    Z : the problems' standardised features (`SharedFeatures`).
+    y, s : [P, n] labels in {0, 1} and training weights (1 train, 0 not), the same at every layer.
+    C : [Lc, P] scikit-learn's C per layer and problem.
+    tol : scikit-learn's `tol`: stop when max |gradient| of the mean objective (the objective / (C·m))
+        is at most tol, i.e. max |g| ≤ tol·C·m here.
+    max_iter : iterations at most; problems still above tol then are reported (RuntimeWarning).
+
+    Returns
+    -------
+    W : [Lc, P, d+1] weights on the standardised features, intercept last; n_iter : int.
+    """
+    Lc, P = C.shape
+    d, n = Z.d, y.shape[-1]
+    penalty = torch.ones(d + 1, dtype=y.dtype, device=y.device)
+    penalty[-1] = 0  # the intercept is not penalised
+    W = torch.zeros(Lc, P, d + 1, dtype=y.dtype, device=y.device)
+    f = torch.zeros(Lc, P, n, dtype=y.dtype, device=y.device)  # Z·w + b, kept up to date
+    Cs = C[..., None] * s  # [Lc, P, n]: each row's weight in the loss
+    history_s = torch.zeros(memory, Lc, P, d + 1, dtype=y.dtype, device=y.device)
+    history_y, rho = torch.zeros_like(history_s), torch.zeros(memory, Lc, P, dtype=y.dtype, device=y.device)
+    gamma = torch.ones(Lc, P, dtype=y.dtype, device=y.device)  # scale of the initial inverse Hessian
+    threshold = tol * C * s.sum(-1)
+    layers = list(range(Lc))
+    g = Z.backward(Cs * (torch.sigmoid(f) - y), layers)
+    active = torch.ones(Lc, P, dtype=torch.bool, device=y.device)
+    n_iter = 0
+    for n_iter in range(max_iter):  # noqa: B007 (returned after the loop)
+        active &= g.abs().amax(-1) > threshold
+        alive = torch.nonzero(active.any(1)).flatten().tolist()
+        if not alive:
+            break
+        if n_iter == 0:
+            gamma = 1 / g.norm(dim=-1).clamp_min(torch.finfo(y.dtype).tiny)  # a first step of unit length
+        on = active.to(y.dtype)
+        p = _two_loop(g, history_s, history_y, rho, gamma, n_iter, memory) * -on[..., None]
+        q = Z.forward(p, alive)
+        t = _line_minimum(f, q, y, Cs, (penalty * W * p).sum(-1), (penalty * p * p).sum(-1)) * on
+        step = t[..., None] * p
+        W = W + step
+        f = f + t[..., None] * q
+        g_new = Z.backward(Cs * (torch.sigmoid(f) - y), alive) + penalty * W
+        g_new = torch.where(active[..., None], g_new, g)
+        change = g_new - g
+        sy, yy = (step * change).sum(-1), (change * change).sum(-1)
+        good = active & (sy > 1e-10 * yy) & (yy > 0)  # curvature pairs that keep the update positive definite
+        slot = n_iter % memory
+        history_s[slot], history_y[slot] = step * good[..., None], change * good[..., None]
+        rho[slot] = torch.where(good, 1 / torch.where(good, sy, 1), 0)
+        gamma = torch.where(good, sy / torch.where(good, yy, 1), gamma)
+        g = g_new
+    else:
+        stuck = int((g.abs().amax(-1) > threshold).sum())
+        if stuck:
+            warnings.warn(f"{stuck} of {Lc * P} lbfgs probes stopped at max_iter={max_iter} before reaching "
+                          f"tol={tol}; raise max_iter", RuntimeWarning, stacklevel=3)
+    return W, n_iter
+
+
+def _two_loop(g, history_s, history_y, rho, gamma, n_iter, memory):
+    """H·g with L-BFGS's inverse-Hessian estimate H (the two-loop recursion), per problem."""
+    q = g.clone()
+    order = [(n_iter - 1 - k) % memory for k in range(min(n_iter, memory))]  # newest first
+    alphas = []
+    for i in order:
+        a = rho[i] * (history_s[i] * q).sum(-1)
+        q -= a[..., None] * history_y[i]
+        alphas.append(a)
+    q *= gamma[..., None]
+    for i, a in zip(reversed(order), reversed(alphas), strict=True):
+        b = rho[i] * (history_y[i] * q).sum(-1)
+        q += (a - b)[..., None] * history_s[i]
+    return q
+
+
+def _line_minimum(f, q, y, Cs, wp, pp, steps: int = 10):
+    """Per problem, t ≥ 0 minimising φ(t) = Σ Cs·logloss(y, f + t·q) + ½‖w + t·p‖² (penalised part),
+    given q = Z·p, wp = w·p and pp = p·p: safeguarded 1-D Newton (φ is convex; φ'(0) < 0 for a descent
+    direction), starting from L-BFGS's natural step t = 1, bracketing the minimum and bisecting when a
+    Newton step leaves the bracket; at most `steps` steps. A problem's t stops moving once its step is
+    below round-off (near the optimum after 2–3 steps), and the search ends when all have stopped, so
+    each problem's t does not depend on the others in the batch. Costs O(n) per step, no pass over the
+    features."""
+    t = torch.ones_like(wp)
+    low, high = torch.zeros_like(wp), torch.full_like(wp, torch.inf)
+    tiny = torch.finfo(wp.dtype).tiny
+    settled = 1e3 * torch.finfo(wp.dtype).eps
+    moving = torch.ones_like(wp, dtype=torch.bool)
+    Cq, Cq2 = Cs * q, Cs * q * q  # the loss terms' weights along the line, computed once
+    for _ in range(steps):
+        prob = torch.sigmoid(f + t[..., None] * q)
+        slope = ((prob - y) * Cq).sum(-1) + wp + t * pp
+        curve = (prob * (1 - prob) * Cq2).sum(-1) + pp
+        high = torch.where(slope > 0, t, high)
+        low = torch.where(slope <= 0, t, low)
+        newton = t - slope / curve.clamp_min(tiny)
+        inside = (newton > low) & (newton < high)
+        fallback = torch.where(torch.isinf(high), 4 * t, (low + high) / 2)  # grow, or bisect the bracket
+        step = torch.where(inside, newton, fallback) - t
+        t = torch.where(moving, t + step, t)
+        moving &= step.abs() > settled * t
+        if not bool(moving.any()):
+            break
+    return t
+
+
 # ------------------------------------------------------------------------------ batched fit + predict
+
+@dataclass
+class LinearFit:
+    """Fitted probes in raw activation units, one per problem and layer: score(x) = x·coef + intercept.
+
+    coef [P, L, d], intercept [P, L]: the probe applied to raw activations (the standardisation folded
+    in: coef = w/σ, intercept = b − μ·coef for the weights w, b on standardised features); mean, scale
+    [P, L, d]: that standardisation (the training rows' mean and `StandardScaler` scale). A problem whose
+    training rows carry one label is the constant classifier: coef 0, intercept ±1, mean and scale NaN.
+    `method` says which solver fitted it ("newton", "lbfgs" or "sklearn")."""
+
+    coef: np.ndarray
+    intercept: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+    method: str
+
 
 def _as_problem_C(C, P: int, L: int) -> np.ndarray:
     """C as a float array [P, L] from a number, a per-problem [P] or a per-problem-and-layer [P, L] array."""
@@ -281,16 +469,49 @@ def _padded_rows(train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return idx, weight
 
 
-def layer_chunk(n: int, m: int, d: int, P: int, L: int, itemsize: int, memory_gb: float) -> int:
-    """How many layers to process at once so that the working set stays under `memory_gb`."""
+def exact_bytes_per_layer(n: int, m: int, d: int, P: int, itemsize: int) -> int:
+    """Working memory of exact Newton for one layer of P problems: the standardised rows, the m × m or
+    (d+1) × (d+1) systems and their factors, the centred activations."""
     side = min(m, d + 1)
-    per_layer = P * (3 * m * d + 2 * n * d + 4 * side * side + 16 * m) * itemsize
-    return int(max(1, min(L, memory_gb * 2**30 // max(per_layer, 1))))
+    return P * (3 * m * d + 4 * side * side + 16 * m) * itemsize + 2 * n * d * itemsize
+
+
+def lbfgs_bytes_per_layer(n: int, d: int, P: int, itemsize: int, memory: int = LBFGS_MEMORY) -> int:
+    """Working memory of L-BFGS for one layer of P problems: the centred activations, the history and
+    the per-row vectors (no matrix beyond the activations themselves)."""
+    return (n * d + P * (2 * memory + 12) * (d + 1) + 24 * P * n) * itemsize
+
+
+def layer_chunk(n: int, m: int, d: int, P: int, L: int, itemsize: int, memory_gb: float,
+                method: str = "newton") -> int:
+    """How many layers to process at once so that the working set stays under `memory_gb` (at least one)."""
+    per_layer = exact_bytes_per_layer(n, m, d, P, itemsize) if method == "newton" else \
+        lbfgs_bytes_per_layer(n, d, P, itemsize)
+    transient = n * d * itemsize  # one layer at a time while centring and standardising
+    return int(max(1, min(L, (memory_gb * 2**30 - transient) // max(per_layer, 1))))
+
+
+def choose_method(solver: str, n: int, m: int, d: int, P: int, itemsize: int, memory_gb: float,
+                  exact_max: int = EXACT_MAX) -> str:
+    """"newton" or "lbfgs" for the torch solvers: `solver` if it names one, else (solver="torch") exact
+    Newton while min(m, d + 1) ≤ exact_max and one layer of it fits in `memory_gb`, L-BFGS otherwise."""
+    exact_fits = exact_bytes_per_layer(n, m, d, P, itemsize) <= memory_gb * 2**30
+    if solver == "newton":
+        if not exact_fits:
+            need = exact_bytes_per_layer(n, m, d, P, itemsize) / 2**30
+            raise BabelprobeError(f"--solver newton needs {need:.1f} GB for one layer of {P} problems with {m} training "
+                                  f"rows × {d} dims, more than --memory-gb {memory_gb:g}; raise --memory-gb or use "
+                                  "--solver lbfgs (or torch, which chooses)")
+        return "newton"
+    if solver == "lbfgs":
+        return "lbfgs"
+    return "newton" if min(m, d + 1) <= exact_max and exact_fits else "lbfgs"
 
 
 def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "torch", device=None,
                 dtype=None, max_iter: int | None = None, tol: float | None = None,
-                memory_gb: float = 2.0, n_jobs: int | None = None, formulation: str = "auto") -> np.ndarray:
+                memory_gb: float = 2.0, n_jobs: int | None = None, formulation: str = "auto",
+                exact_max: int = EXACT_MAX, return_fit: bool = False):
     """Fit one probe per problem and layer on the problem's training rows; score every row.
 
     Parameters
@@ -299,23 +520,30 @@ def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "to
     y : int array [P, n] of labels in {0, 1} (one row per problem: fold, control task, train language).
     train : bool array [P, n]: the training rows of each problem (standardisation and fit use only them).
     C : number, [P] or [P, L] array (scikit-learn's `C`; per problem and layer for nested selection).
-    solver : "torch" (batched Newton) or "sklearn" (`StandardScaler` + `LogisticRegression` per problem
-        and layer, in parallel over `n_jobs` processes).
-    device, dtype : for torch (default: CUDA if available; float32 data, with float64 Newton steps on CPU).
-    max_iter : Newton iterations (torch, default 100) or lbfgs iterations (sklearn, default 1000).
-    tol : torch: Newton-decrement tolerance (default by dtype); sklearn: `LogisticRegression(tol=...)`
-        (default scikit-learn's 1e-4, at which lbfgs can stop visibly short of the optimum).
-    memory_gb : working-memory budget of the torch solver; layers are processed in chunks to fit it.
+    solver : "torch" (batched; exact Newton or L-BFGS, chosen by size: see `choose_method`), "newton",
+        "lbfgs", or "sklearn" (`StandardScaler` + `LogisticRegression` per problem and layer, in
+        parallel over `n_jobs` processes).
+    device, dtype : for torch (default: CUDA if available; float32).
+    max_iter : Newton iterations (newton, default 100) or lbfgs iterations (lbfgs and sklearn, default 1000).
+    tol : newton: Newton-decrement tolerance relative to C × m (default by dtype); lbfgs: scikit-learn's
+        gradient tolerance (default 1e-6); sklearn: `LogisticRegression(tol=...)` (default scikit-learn's
+        1e-4, at which lbfgs can stop visibly short of the optimum).
+    memory_gb : working-memory budget of the torch solvers; layers are processed in chunks to fit it.
+    exact_max : the size up to which solver="torch" uses exact Newton (min(m, d + 1), m the most training rows).
+    return_fit : also return the fitted probes (`LinearFit`).
 
     Returns
     -------
-    scores : float64 array [P, L, n]: decision function (z·w + b) of every row; > 0 predicts label 1.
+    scores : float64 array [P, L, n]: decision function (x·w + b) of every row; > 0 predicts label 1.
         A problem whose training rows all carry one label gets the constant score ±1 (that label).
+    fit : `LinearFit` (only with return_fit=True).
     """
     y = np.asarray(y)
     train = np.asarray(train, dtype=bool)
     n, L, d = X.shape
     Cs = _as_problem_C(C, len(y), L)
+    if solver not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
     if not train.any(1).all():
         raise ValueError("every problem needs at least one training row")
     # a problem whose training rows all have one label has no finite optimum: it is the constant
@@ -323,65 +551,185 @@ def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "to
     positives = (y * train).sum(1)
     single = (positives == 0) | (positives == train.sum(1))
     if single.any():
+        constant = np.where(positives[single] > 0, 1.0, -1.0)
         out = np.empty((len(y), L, n))
-        out[single] = np.where(positives[single] > 0, 1.0, -1.0)[:, None, None]
+        out[single] = constant[:, None, None]
+        fit = LinearFit(np.zeros((len(y), L, d)), np.zeros((len(y), L)), np.full((len(y), L, d), np.nan),
+                        np.full((len(y), L, d), np.nan), "constant")
+        fit.intercept[single] = constant[:, None]
         if (~single).any():
-            out[~single] = fit_predict(X, y[~single], train[~single], Cs[~single], solver=solver, device=device,
-                                       dtype=dtype, max_iter=max_iter, tol=tol, memory_gb=memory_gb, n_jobs=n_jobs,
-                                       formulation=formulation)
-        return out
+            out[~single], rest = fit_predict(X, y[~single], train[~single], Cs[~single], solver=solver, device=device,
+                                             dtype=dtype, max_iter=max_iter, tol=tol, memory_gb=memory_gb,
+                                             n_jobs=n_jobs, formulation=formulation, exact_max=exact_max,
+                                             return_fit=True)
+            for name in ("coef", "intercept", "mean", "scale"):
+                getattr(fit, name)[~single] = getattr(rest, name)
+            fit.method = rest.method
+        return (out, fit) if return_fit else out
     if solver == "sklearn":
-        return _fit_predict_sklearn(np.asarray(X), y, train, Cs, max_iter=max_iter or 1000, tol=tol or 1e-4,
-                                    n_jobs=n_jobs)
-    if solver != "torch":
-        raise ValueError(f"unknown solver {solver!r}; use one of {SOLVERS}")
+        scores, fit = _fit_predict_sklearn(np.asarray(X), y, train, Cs, max_iter=max_iter or 1000, tol=tol or 1e-4,
+                                           n_jobs=n_jobs)
+    else:
+        scores, fit = _fit_predict_torch(X, y, train, Cs, solver=solver, device=device, dtype=dtype,
+                                         max_iter=max_iter, tol=tol, memory_gb=memory_gb, formulation=formulation,
+                                         exact_max=exact_max, keep_fit=return_fit)
+    return (scores, fit) if return_fit else scores
+
+
+def _fit_predict_torch(X, y, train, Cs, *, solver, device, dtype, max_iter, tol, memory_gb, formulation, exact_max,
+                       keep_fit):
     device = resolve_device(device)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or default_dtype(device))
+    n, L, d = X.shape
     P = len(y)
-    idx, weight = _padded_rows(train)
-    m = idx.shape[1]
-    formulation = _formulation(formulation, m, d)
-    idx_t = torch.as_tensor(idx, device=device)
-    w = torch.as_tensor(weight, dtype=dtype, device=device)
-    ytr = torch.as_tensor(np.take_along_axis(y, idx, 1), dtype=dtype, device=device)
-    share = torch.as_tensor(train / train.sum(1, keepdims=True), dtype=dtype, device=device)  # [P, n]
-    out = np.empty((P, L, n))
-    step = layer_chunk(n, m, d, P, L, torch.finfo(dtype).bits // 8, memory_gb)
+    counts = train.sum(1)
+    itemsize = torch.finfo(dtype).bits // 8
+    method = choose_method(solver, n, int(counts.max()), d, P, itemsize, memory_gb, exact_max)
+    share = torch.as_tensor(train / counts[:, None], dtype=dtype, device=device)  # [P, n]
+    scores = np.empty((P, L, n))
+    fit = None  # the fitted probes, kept only when asked for ([P, L, d] arrays)
+    if keep_fit:
+        fit = LinearFit(np.empty((P, L, d)), np.empty((P, L)), np.empty((P, L, d)), np.empty((P, L, d)), method)
+    step = layer_chunk(n, int(counts.max()), d, P, L, itemsize, memory_gb, method)
     for l0 in range(0, L, step):
         l1 = min(L, l0 + step)
-        Lc = l1 - l0
-        # batches are layer-major: problem (layer j, problem p) is row j * P + p
-        Xc = torch.as_tensor(X[:, l0:l1]).to(device=device, dtype=dtype).transpose(0, 1)  # [Lc, n, d]
-        # centre on all rows first: the fits do not depend on it, and it keeps the expansions below
-        # (E[x²] − μ², x·w − μ·w) free of cancellation when activations sit far from 0
-        Xc = Xc - Xc.mean(1, keepdim=True)
-        mean, scale = _train_moments(Xc, share, train.sum(1))  # [Lc, P, d] each
-        inv = 1 / scale
-        Z = Xc.index_select(1, idx_t.reshape(-1)).reshape(Lc, P, m, d)  # (faster than Xc[:, idx_t])
-        Z = Z.sub_(mean[:, :, None]).mul_(inv[:, :, None]).reshape(Lc * P, m, d)  # standardised training rows
-        yb = ytr.repeat(Lc, 1)
-        wb = w.repeat(Lc, 1)
-        Cb = torch.as_tensor(Cs[:, l0:l1].T.reshape(-1), dtype=dtype, device=device)
-        if formulation == "dual":
-            a, intercept, _ = newton_dual(Z @ Z.mT, yb, wb, Cb, max_iter or 100,
-                                          default_tol(dtype) if tol is None else tol)
-            coef = (a[:, None, :] @ Z)[:, 0]  # Zᵀa (a row times Z is fast)
+        Xc, centre = _centred(X, l0, l1, device, dtype)  # [Lc, n, d], [Lc, d]
+        mean, scale = _train_moments(Xc, share, counts)  # [Lc, P, d] each
+        C = torch.as_tensor(Cs[:, l0:l1].T, dtype=dtype, device=device)  # [Lc, P]
+        if method == "newton":
+            solve = partial(_newton_chunk, Xc, mean, scale, y, train, C, max_iter or 100,
+                            default_tol(dtype) if tol is None else tol, formulation)
         else:
-            coef, intercept, _ = newton_primal(Z, yb, wb, Cb, max_iter or 100,
-                                               default_tol(dtype) if tol is None else tol)
+            solve = partial(_lbfgs_chunk, Xc, mean, scale, y, train, C, max_iter or 1000, 1e-6 if tol is None else tol)
+        coef, intercept = _by_layer_threads(solve, l1 - l0, device)
+        # back to raw units: x·(w/σ) + (b − μ·w/σ), with coef = w/σ and x centred
+        part = coef @ Xc.mT + intercept[..., None]  # [Lc, P, n]
+        scores[:, l0:l1] = part.double().cpu().numpy().transpose(1, 0, 2)
+        if keep_fit:  # the probes on raw activations: the centring folded into the intercept and the mean
+            used = centre.to(dtype).double()[:, None]  # [Lc, 1, d]: what was subtracted
+            fit.coef[:, l0:l1] = _host(coef)
+            fit.intercept[:, l0:l1] = _host(intercept.double() - (coef.double() * used).sum(-1))
+            fit.mean[:, l0:l1] = _host(mean.double() + used)
+            fit.scale[:, l0:l1] = _host(scale)
+    return scores, fit
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """[Lc, P, ...] on the device -> float64 [P, Lc, ...] in numpy."""
+    return t.double().cpu().numpy().swapaxes(0, 1)
+
+
+def _centred(X, l0: int, l1: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layers l0..l1 of X as [Lc, n, d] on the device, each centred on the mean of all rows (returned [Lc, d]).
+
+    Fits do not depend on the centring; it keeps the expansions (E[x²] − μ², x·w − μ·w) free of
+    cancellation when activations sit far from 0. Built one layer at a time: one copy, no transient."""
+    n, _, d = X.shape
+    Xc = torch.empty(l1 - l0, n, d, dtype=dtype, device=device)
+    centre = torch.empty(l1 - l0, d, dtype=torch.float64, device=device)
+    for j in range(l1 - l0):
+        layer = torch.as_tensor(X[:, l0 + j]).to(device=device, dtype=dtype)
+        centre[j] = layer.double().mean(0)
+        torch.sub(layer, centre[j].to(dtype), out=Xc[j])
+    return Xc, centre
+
+
+def _newton_chunk(Xc, mean, scale, y, train, C, max_iter, tol, formulation, at: slice):
+    """Exact Newton for every problem of the layers `at` of a chunk: coef [La, P, d] (raw units),
+    intercept [La, P].
+
+    Problems are batched by training size: a batch pads every problem to its largest m, and the cost
+    grows as m³, so e.g. the all-rows probe does not inflate the folds' systems."""
+    Xc, mean, scale, C = Xc[at], mean[at], scale[at], C[at]
+    Lc, n, d = Xc.shape
+    P = len(y)
+    coef = torch.empty(Lc, P, d, dtype=Xc.dtype, device=Xc.device)
+    intercept = torch.empty(Lc, P, dtype=Xc.dtype, device=Xc.device)
+    for problems in _size_classes(train.sum(1)):
+        k = len(problems)
+        idx, weight = _padded_rows(train[problems])
+        m = idx.shape[1]
+        idx_t = torch.as_tensor(idx, device=Xc.device)
+        inv = 1 / scale[:, problems]
+        Z = Xc.index_select(1, idx_t.reshape(-1)).reshape(Lc, k, m, d)  # (faster than Xc[:, idx_t])
+        Z = Z.sub_(mean[:, problems, None]).mul_(inv[:, :, None]).reshape(Lc * k, m, d)  # standardised rows
+        # batches are layer-major: problem (layer j, problem p) is row j * k + p
+        yb = torch.as_tensor(np.take_along_axis(y[problems], idx, 1), dtype=Xc.dtype, device=Xc.device).repeat(Lc, 1)
+        wb = torch.as_tensor(weight, dtype=Xc.dtype, device=Xc.device).repeat(Lc, 1)
+        Cb = C[:, problems].reshape(-1)
+        if _formulation(formulation, m, d) == "dual":
+            a, b, _ = newton_dual(Z @ Z.mT, yb, wb, Cb, max_iter, tol)
+            w = (a[:, None, :] @ Z)[:, 0]  # Zᵀa (a row times Z is fast)
+        else:
+            w, b, _ = newton_primal(Z, yb, wb, Cb, max_iter, tol)
         del Z
-        coef = coef.reshape(Lc, P, d) * inv  # back to (centred) raw units: x·(w/σ) + (b − μ·w/σ)
-        intercept = intercept.reshape(Lc, P) - (mean * coef).sum(-1)
-        scores = coef @ Xc.mT + intercept[..., None]  # [Lc, P, n]
-        out[:, l0:l1] = scores.double().cpu().numpy().transpose(1, 0, 2)
-    return out
+        raw = w.reshape(Lc, k, d) * inv
+        coef[:, problems] = raw
+        intercept[:, problems] = b.reshape(Lc, k) - (mean[:, problems] * raw).sum(-1)
+    return coef, intercept
+
+
+def _size_classes(counts: np.ndarray, ratio: float = 1.2) -> list[np.ndarray]:
+    """Problem indices grouped so that within a group the largest training set is < ratio × the smallest."""
+    order = np.argsort(counts, kind="stable")
+    classes, start = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or counts[order[i]] >= ratio * counts[order[start]]:
+            classes.append(np.sort(order[start:i]))
+            start = i
+    return classes
+
+
+def _lbfgs_chunk(Xc, mean, scale, y, train, C, max_iter, tol, at: slice):
+    """L-BFGS for every problem of the layers `at` of a chunk: coef [La, P, d] (raw units), intercept [La, P]."""
+    Xc, mean, scale, C = Xc[at], mean[at], scale[at], C[at]
+    d = Xc.shape[-1]
+    yt = torch.as_tensor(y, dtype=Xc.dtype, device=Xc.device)
+    st = torch.as_tensor(train, dtype=Xc.dtype, device=Xc.device)
+    W, _ = lbfgs(SharedFeatures(Xc, mean, scale), yt, st, C, tol=tol, max_iter=max_iter)
+    coef = W[..., :d] / scale
+    return coef, W[..., d] - (mean * coef).sum(-1)
+
+
+def _by_layer_threads(solve, Lc: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """solve(layers: slice) -> (coef, intercept) for a chunk's layers. On a CPU with several torch threads,
+    the layers are split between that many threads of one core each (like the groups of a sweep): the
+    solvers' small factorisations and few-column products do not spread well over cores, and threads
+    that wait for each other inside one operation stall on a busy machine."""
+    threads = min(torch.get_num_threads(), Lc) if device.type == "cpu" else 1
+    if threads == 1:
+        return solve(slice(0, Lc))
+    bounds = np.linspace(0, Lc, threads + 1).round().astype(int)
+    with single_threaded(), ThreadPoolExecutor(threads) as pool:
+        parts = list(pool.map(solve, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]))
+    return torch.cat([coef for coef, _ in parts]), torch.cat([intercept for _, intercept in parts])
+
+
+@contextmanager
+def single_threaded():
+    """torch and the BLAS libraries on one thread each (restored afterwards), for work spread over threads."""
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _train_moments(Xc: torch.Tensor, share: torch.Tensor, counts: np.ndarray):
     """Mean and scale [Lc, P, d] of each problem's training rows (`share` [P, n] = mask / count), as
-    matrix products; near-constant features get scale 1, with scikit-learn's `StandardScaler` rule."""
-    mean = share @ Xc
-    var = (share @ (Xc * Xc) - mean * mean).clamp_min(0)
+    matrix products, a layer at a time (x² is a transient of one layer); near-constant features get
+    scale 1, with scikit-learn's `StandardScaler` rule."""
+    Lc, _, d = Xc.shape
+    mean = torch.empty(Lc, len(share), d, dtype=Xc.dtype, device=Xc.device)
+    var = torch.empty_like(mean)
+    for j in range(Lc):
+        mean[j] = share @ Xc[j]
+        var[j] = share @ Xc[j].square()
+    var = (var - mean * mean).clamp_min(0)
     count = torch.as_tensor(counts, dtype=Xc.dtype, device=Xc.device)[None, :, None]
     eps = torch.finfo(Xc.dtype).eps
     constant = var <= count * eps * var + (count * mean * eps) ** 2
@@ -389,7 +737,7 @@ def _train_moments(Xc: torch.Tensor, share: torch.Tensor, counts: np.ndarray):
 
 
 def _fit_predict_sklearn(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np.ndarray, *, max_iter: int,
-                         tol: float, n_jobs: int | None) -> np.ndarray:
+                         tol: float, n_jobs: int | None) -> tuple[np.ndarray, LinearFit]:
     """The reference: a scikit-learn pipeline per problem and layer (in float64, as scikit-learn
     recommends), layers spread over `n_jobs` processes."""
     from joblib import Parallel, delayed
@@ -399,11 +747,12 @@ def _fit_predict_sklearn(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np
         delayed(_sklearn_layer)(np.ascontiguousarray(X[:, layer], dtype=np.float64), y, train, Cs[:, layer],
                                 max_iter, tol)
         for layer in range(L))
-    not_converged = sum(count for _, count in parts)
+    not_converged = sum(part[-1] for part in parts)
     if not_converged:
         warnings.warn(f"{not_converged} of {len(y) * L} scikit-learn fits stopped at max_iter={max_iter} before "
                       "converging; raise max_iter", RuntimeWarning, stacklevel=3)
-    return np.stack([scores for scores, _ in parts], axis=1)
+    scores, coef, intercept, mean, scale = (np.stack([part[i] for part in parts], axis=1) for i in range(5))
+    return scores, LinearFit(coef, intercept, mean, scale, "sklearn")
 
 
 def _sklearn_layer(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np.ndarray, max_iter: int, tol: float):
@@ -412,13 +761,19 @@ def _sklearn_layer(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np.ndarr
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    out = np.empty((len(y), len(X)))
+    P, (n, d) = len(y), X.shape
+    scores, coef, intercept = np.empty((P, n)), np.empty((P, d)), np.empty(P)
+    mean, scale = np.empty((P, d)), np.empty((P, d))
     not_converged = 0
-    for p in range(len(y)):
+    for p in range(P):
         model = make_pipeline(StandardScaler(), LogisticRegression(C=float(Cs[p]), tol=tol, max_iter=max_iter))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(X[train[p]], y[p, train[p]])
         not_converged += int(model[-1].n_iter_[0] >= max_iter)
-        out[p] = model.decision_function(X)
-    return out, not_converged
+        scores[p] = model.decision_function(X)
+        scaler, logistic = model
+        mean[p], scale[p] = scaler.mean_, scaler.scale_
+        coef[p] = logistic.coef_[0] / scaler.scale_
+        intercept[p] = logistic.intercept_[0] - scaler.mean_ @ coef[p]
+    return scores, coef, intercept, mean, scale, not_converged

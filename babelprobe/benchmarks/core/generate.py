@@ -117,7 +117,8 @@ class LocalGenerator:
         if chat_template and not getattr(lm.tokenizer, "chat_template", None):
             raise BabelprobeError(f"model {lm.name} has no chat template; generate without chat_template")
         self.lm, self.batch_size, self.chat_template, self.progress = lm, batch_size, chat_template, progress
-        self.name = f"local:{lm.name}"
+        # The name keys generation caches: the same prompt through the chat template is another generation.
+        self.name = f"local:{lm.name}" + (" (chat template)" if chat_template else "")
         self.fingerprint = lm.fingerprint  # caches key on it: same name, different weights = different outputs
         self.preferred_chunk = 4 * batch_size  # prompts between two saves of a resumable run
 

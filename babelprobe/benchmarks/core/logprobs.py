@@ -319,8 +319,9 @@ def _run_segments(lm: LoadedModel, tree: _PrefixTree, batch: list[list[int]], ke
     cache = DynamicCache()  # plain layers: keeps every token; the mask applies sliding windows
     if width_past:
         index = past_rows.to(lm.device)
-        for layer, (k, v) in enumerate(zip(keys, values)):
-            cache.update(k[index].transpose(1, 2), v[index].transpose(1, 2), layer)
+        for layer, (k, v) in enumerate(zip(keys, values)):  # a dispatched model keeps each layer on its device
+            at = index.to(k.device)
+            cache.update(k[at].transpose(1, 2), v[at].transpose(1, 2), layer)
     hidden = lm.parts.body(input_ids=input_ids.to(lm.device), attention_mask=mask.to(lm.device),
                            position_ids=(start + torch.arange(width_new)).to(lm.device), past_key_values=cache,
                            use_cache=True).last_hidden_state
@@ -328,12 +329,14 @@ def _run_segments(lm: LoadedModel, tree: _PrefixTree, batch: list[list[int]], ke
     cols = torch.tensor([c for s in batch for c in range(len(s))], device=lm.device)
     nodes = torch.tensor([n for s in batch for n in s], device=lm.device)
     for layer, cached in enumerate(cache.layers):
-        new_k = cached.keys[:, :, width_past:].transpose(1, 2)[rows, cols]  # [tokens, kv_heads, head_dim]
-        new_v = cached.values[:, :, width_past:].transpose(1, 2)[rows, cols]
+        device = cached.keys.device
+        r, c, n = rows.to(device), cols.to(device), nodes.to(device)
+        new_k = cached.keys[:, :, width_past:].transpose(1, 2)[r, c]  # [tokens, kv_heads, head_dim]
+        new_v = cached.values[:, :, width_past:].transpose(1, 2)[r, c]
         if layer == len(keys):
             n_nodes = len(tree.parent)
             keys.append(new_k.new_zeros((n_nodes, *new_k.shape[1:])))
             values.append(new_v.new_zeros((n_nodes, *new_v.shape[1:])))
-        keys[layer][nodes] = new_k
-        values[layer][nodes] = new_v
+        keys[layer][n] = new_k
+        values[layer][n] = new_v
     return hidden

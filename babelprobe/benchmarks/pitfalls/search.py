@@ -1,43 +1,60 @@
-"""The beam-search weakness finder of Cross-Lingual Pitfalls (Xu et al., ACL 2025, §2.2–2.4): grow
-English questions with distracting context until a set of simulation models still answers them in
-English but fails in the target language.
+"""The beam-search weakness finder of Cross-Lingual Pitfalls (Xu et al., ACL 2025, §2.2–2.4) and the
+expanded pairs of its linguistic-affinity analysis (§3.3): grow English questions with distracting
+context until a set of simulation models still answers them in English but fails in the target
+language; then ask the found questions in other languages.
 
 **Pieces** (all pluggable):
-  - a perturber and a translator: anything with `generate(prompts, max_new_tokens, stop) -> list[str]`
-    (`generate.make_generator("local", lm)` or an OpenAI-compatible endpoint); prompts in
-    data/prompts/pitfalls_search.tsv;
+  - a perturber and a translator: anything with `generate(prompts, max_new_tokens, stop, temperature,
+    seed) -> list[str]` (`generate.make_generator("local", lm)` or an OpenAI-compatible endpoint); the
+    prompts are the paper's App. E templates (data/prompts/pitfalls_paper.tsv, `pitfalls.load_templates`);
   - simulation models: `LoadedModel`s (answered by likelihood, as `pitfalls.score_pitfalls` does),
     callables `f(question, choices, language) -> index or choice`, or objects with
-    `answer(questions, choices, languages) -> list[int]`.
+    `answer(questions, choices, languages) -> list[int]`;
+  - a semantic similarity for the constraints of Eq. 4 (optional): a callable `pairs -> scores`,
+    `JudgeSimilarity` (an LLM says whether two questions ask the same; 1 or 0) or `EmbeddingSimilarity`
+    (cosine of mean-pooled hidden states of an encoder); `make_similarity("llm:SPEC" | "embedding:MODEL")`.
+
+**Seeds.** English source questions every simulation model answers right are translated with the App. E
+template of the target language (question, choices and answer together, a JSON reply; the English rules
+of App. E where it has no template for the language) and, with a similarity, kept only if
+S(question, translation) ≥ θ'.
 
 **Score.** For a bilingual question, β^E and β^T are the simulation models' mean accuracy in English
-and in the target language; V = (β^E)^γ − β^T (γ = 2, `pitfalls.simulation_score`).
+and in the target language; V = (β^E)^γ − β^T (γ = 2, `pitfalls.simulation_score`, Eq. 8).
 
-**Search** (per batch of `batch_size` seed questions, each answered right in English by every
-simulation model, as in the released code):
-  1. every question in the beam is expanded once per wrong option: the perturber writes a
-     distraction towards that option, the translator translates it, and it is added before or after
-     the question in both languages (the released code's rule: before if the distraction has an odd
-     number of characters);
-  2. children no longer answered right in English by every model are dropped (β^E ≥ 1 − ε, ε = 0
+**Search** (per batch of `batch_size` seed questions, W = 4):
+  1. every question in the beam is expanded once per wrong option: the perturber writes a distraction
+     towards that option with the App. E template ("Template for Generating Perturbation", temperature
+     0.7, App. B.1; `{answer}` is the correct answer, which every simulation model gave), the translator
+     translates it (the released code's plain translation prompt; the paper used Google Translate) and
+     it is added before or after the question in both languages (the released code's rule: before if the
+     distraction has an odd number of characters);
+  2. with a similarity, children with S(qE, qE') < θ or S(qE', qT') < θ' are dropped (Eq. 4);
+  3. children no longer answered right in English by every model are dropped (β^E ≥ 1 − ε, ε = 0
      as released: `english_min`); the others are scored with V;
-  3. inclusion: a child with V ≥ θinc becomes a candidate, at most r per seed question (redundancy);
-  4. potential: once any child reaches V ≥ θpot, the batch may search to depth d2 instead of d1;
-  5. the beam is the w best children by V, without those already failed by every model in the target
+  4. inclusion: a child with V ≥ θinc becomes a candidate, at most r per seed question (redundancy);
+  5. potential: once any child reaches V ≥ θpot, the batch may search to depth d2 instead of d1;
+  6. the beam is the w best children by V, without those already failed by every model in the target
      language (nothing left to find) and those of seeds that have r candidates.
-Defaults are the paper's: w = 12, d1 = 4, d2 = 6, θpot = 0.6, θinc = 0.8, r = 3. They agree with the
-released run.py (queue 12; depth 4, or 6 once a child has β^T ≤ 0.4, i.e. V ≥ 0.6; max_good 3, counting
-children with β^T ≤ 0.2, i.e. V ≥ 0.8), which also writes out children with 0.6 ≤ V < 0.8; its eva.py
-leaves those out of the evaluation.
+Defaults are the paper's: w = 12, d1 = 4, d2 = 6, θpot = 0.6, θinc = 0.8, r = 3, γ = 2 (App. B.1). They
+agree with the released run.py (queue 12; depth 4, or 6 once a child has β^T ≤ 0.4, i.e. V ≥ 0.6; max_good
+3, counting children with β^T ≤ 0.2, i.e. V ≥ 0.8), which also writes out children with 0.6 ≤ V < 0.8;
+its eva.py leaves those out of the evaluation.
 
 `beam_search` returns the candidates (in the released record format plus `seed_id`, `depth`) and the
-trace: every child with its parent, the wrong option it targets, the distraction, β^E, β^T, V and
-what happened to it.
+trace: every child with its parent, the wrong option it targets, the distraction, the similarities,
+β^E, β^T, V and what happened to it. `direct_perturbation` is the paper's DP baseline (Table 1).
+
+**Expanded pairs** (§3.3, App. B.2): `expand_pairs` translates the target-language portion of each
+language's found pairs into every other language (the original question with its choices and answer by
+the App. E template, the added context by plain translation), `cross_evaluate` asks them to several
+models, and `pitfalls.affinity_accuracy` / `pitfalls.relative_affinity` turn the rows into D.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,16 +64,22 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from babelprobe.benchmarks.base import option
-from babelprobe.benchmarks.pitfalls import format_prompt, load_prompts, simulation_score
+from babelprobe.benchmarks.pitfalls import (
+    format_choices,
+    format_prompt,
+    load_prompts,
+    load_templates,
+    simulation_score,
+    template_for,
+)
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import language_code, separator
 from babelprobe.models import LoadedModel
-from babelprobe.prompts import check_placeholders, read_prompts
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The paper's search parameters (§2.4) and defaults."""
+    """The search's parameters; defaults are the paper's (§2.4, App. B.1)."""
 
     width: int = option(12, help="w: questions kept in the beam")
     depth: int = option(4, help="d1: depth searched while nothing promising was found")
@@ -67,13 +90,25 @@ class SearchSettings:
     gamma: float = option(2.0, help="γ of the simulation score")
     english_min: float = option(1.0,
         help="1 − ε: English accuracy a question must keep (released code: every model right)")
-    batch_size: int = option(4, flag="--seeds-per-batch", help="seed questions searched together")
-    max_new_tokens: int = option(96, help="length of a distraction or a translation")
+    batch_size: int = option(4, flag="--seeds-per-batch", help="W: seed questions searched together")
+    max_new_tokens: int = option(1024, help="longest perturbation, translation or check (App. B.1: 1,024)")
+    perturb_temperature: float = option(0.7, help="sampling temperature of the perturber (App. B.1: 0.7)")
+    seed: int = option(0, help="sampling seed of the perturber")
+    similarity: str = option("none", metavar="SPEC",
+        help="semantic check of Eq. 4: none, llm:GENERATOR (a judge LLM) or embedding:MODEL (cosine of an encoder's "
+        "mean-pooled states)")
+    theta: float = option(0.5, help="θ: least similarity of the perturbed English question to the original")
+    theta_cross: float = option(0.5, flag="--theta-prime",
+        help="θ': least similarity of the target-language question to the English one")
+    templates: str | None = option(None, metavar="FILE",
+        help="prompt table TSV instead of the paper's App. E templates (data/prompts/pitfalls_paper.tsv)")
 
     def __post_init__(self):
         if min(self.width, self.redundancy, self.batch_size) < 1 or not 1 <= self.depth <= self.max_depth:
             raise BabelprobeError(f"invalid search settings {self}: need width, redundancy, batch_size ≥ 1 and "
                                   "1 ≤ depth ≤ max_depth")
+        if not (self.similarity == "none" or self.similarity.startswith(("llm:", "embedding:"))):
+            raise BabelprobeError(f"unknown similarity {self.similarity!r}; use none, llm:SPEC or embedding:MODEL")
 
 
 # ------------------------------------------------------------------------------------ simulation models
@@ -135,7 +170,7 @@ def as_simulation_models(models) -> list:
 
 def simulate(models: list, questions: list[str], choices: list[list[str]], answers: list[int],
              languages: list[str]) -> np.ndarray:
-    """Mean accuracy over the simulation models of each question (β)."""
+    """Mean accuracy over the simulation models of each question (β, Eq. 7)."""
     if not questions:
         return np.zeros(0)
     right = np.zeros(len(questions))
@@ -144,41 +179,160 @@ def simulate(models: list, questions: list[str], choices: list[list[str]], answe
     return right / len(models)
 
 
-# ---------------------------------------------------------------------------------------------- prompts
+# ----------------------------------------------------------------------------------------- generation
 
-def load_search_prompts(path: str | Path | None = None) -> dict:
-    """{'perturb': template, 'translate': template} from a prompt file with columns name, template
-    (default data/prompts/pitfalls_search.tsv)."""
-    rows = read_prompts(path or "pitfalls_search", ("name", "template"))
-    prompts = dict(zip(rows["name"], rows["template"]))
-    for key, needs in (("perturb", ("question", "wrong_option")), ("translate", ("text", "language"))):
-        if key not in prompts:
-            raise BabelprobeError(f"{rows['line'].iloc[0].rsplit(':', 1)[0]}: missing prompt {key!r}")
-        check_placeholders(prompts[key], f"{key} prompt", needs, once=False)
-    return prompts
-
-
-def clean(text: str) -> str:
-    """A generated distraction or translation: the first paragraph, without an echoed label or quotes."""
-    text = text.strip()
-    for label in ("Generated Distraction:", "Context:", "Translation:"):
-        if text.startswith(label):
-            text = text[len(label):].strip()
-    text = text.split("\n\n")[0].strip()
-    return text.strip('"“”')
-
-
-def _generate(generator, prompts: list[str], settings: SearchSettings, cache: Path | None) -> list[str]:
-    """Generate through the resumable cache of `generate.generate_cached` when a cache file is given."""
+def _generate(generator, prompts: list[str], settings: SearchSettings, cache: Path | None,
+              temperature: float = 0.0) -> list[str]:
+    """Generate (greedy unless `temperature`), through the resumable cache of `generate_cached` when a cache
+    file is given. The paper's 0.001 for translation and checks (App. B.1) is greedy decoding here."""
     if not prompts:
         return []
+    sampling = {"temperature": temperature, "seed": settings.seed} if temperature > 0 else {}
     if cache is not None:
         from babelprobe.benchmarks.core.generate import generate_cached
 
-        outputs = generate_cached(generator, prompts, cache, max_new_tokens=settings.max_new_tokens)
-    else:
-        outputs = generator.generate(prompts, max_new_tokens=settings.max_new_tokens)
-    return [clean(o) for o in outputs]
+        return generate_cached(generator, prompts, cache, max_new_tokens=settings.max_new_tokens, **sampling)
+    return generator.generate(prompts, max_new_tokens=settings.max_new_tokens, **sampling)
+
+
+def clean(text: str) -> str:
+    """A generated distraction or translation: the first paragraph, without the template's
+    `{Generated Distraction: <...>}` wrapping, an echoed label or quotes."""
+    text = text.strip()
+    if text.startswith("{") and text.endswith("}"):
+        text = text[1:-1].strip()
+    for label in ("Generated Distraction:", "Distraction:", "Translation:", "New question:"):
+        if text.startswith(label):
+            text = text[len(label):].strip()
+    text = text.split("\n\n")[0].strip()
+    if text.startswith("<") and text.endswith(">"):
+        text = text[1:-1].strip()
+    return text.strip('"“”')
+
+
+def parse_translation(output: str, n_choices: int) -> dict | None:
+    """The translator's JSON reply `{"text": ..., "choices": [...], "answer": ...}` (App. E output format),
+    or None when it is not that JSON or has another number of choices."""
+    text = re.sub(r"^```(?:json)?|```$", "", output.strip()).strip()
+    start, end = text.find("{"), text.rfind("}")
+    if not 0 <= start < end:
+        return None
+    try:
+        value = json.loads(text[start:end + 1])
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("text"), str) or not value["text"].strip():
+        return None
+    choices = value.get("choices")
+    if not isinstance(choices, list) or len(choices) != n_choices or not all(isinstance(c, str) and c.strip()
+                                                                           for c in choices):
+        return None
+    return {"text": value["text"].strip(), "choices": [c.strip() for c in choices], "answer": value.get("answer")}
+
+
+def translate_records(texts: list[str], choices: list[list[str]], answers: list[str], language_name: str,
+                      translator, templates: pd.DataFrame, settings: SearchSettings,
+                      cache: Path | None) -> list[dict | None]:
+    """Question, choices and answer translated together with the App. E template of the language (its
+    `*` row, ours, where App. E has none); None where the reply is unusable."""
+    template, _ = template_for(templates, "translate", language_code(language_name))
+    prompts = [template.format(question=t, choices=format_choices(c), ground_truth=a, language=language_name)
+               for t, c, a in zip(texts, choices, answers, strict=True)]
+    outputs = _generate(translator, prompts, settings, cache)
+    return [parse_translation(o, len(c)) for o, c in zip(outputs, choices, strict=True)]
+
+
+def translate_texts(texts: list[str], language_name: str, translator, templates: pd.DataFrame,
+                    settings: SearchSettings, cache: Path | None) -> list[str]:
+    """Plain translations (added context): the released code's prompt; empty texts stay empty."""
+    template, _ = template_for(templates, "translate_text", "*")
+    todo = sorted({t for t in texts if t.strip()})
+    done = dict(zip(todo, (clean(o) for o in _generate(translator, [template.format(target=language_name, text=t)
+                                                                      for t in todo], settings, cache))))
+    return [done.get(t, "") for t in texts]
+
+
+# -------------------------------------------------------------------------------------------- similarity
+
+class JudgeSimilarity:
+    """S(a, b) ∈ {0, 1}: an LLM judges whether two questions ask the same (the released code's
+    check_question_semantic prompt, its verdict read by a second call with extract_check_question)."""
+
+    def __init__(self, generator, templates: pd.DataFrame | None = None, max_new_tokens: int = 1024,
+                 cache: Path | None = None):
+        self.generator, self.cache = generator, cache
+        self.templates = load_templates() if templates is None else templates
+        self.settings = SearchSettings(max_new_tokens=max_new_tokens)
+        self.name = f"llm:{generator.name}"
+
+    def __call__(self, pairs: list[tuple[str, str]]) -> list[float]:
+        check, _ = template_for(self.templates, "check", "*")
+        extract, _ = template_for(self.templates, "check_extract", "*")
+        judged = _generate(self.generator, [check.format(ori_question=a, question=b) for a, b in pairs],
+                           self.settings, self.cache)
+        verdicts = _generate(self.generator, [extract.format(prompt=j) for j in judged], self.settings, self.cache)
+        return [float(_verdict(v, j)) for v, j in zip(verdicts, judged, strict=True)]
+
+
+def _verdict(extracted: str, judged: str) -> bool:
+    """Yes from the extraction's JSON `check_result`, else the judge's last yes/no word; otherwise No."""
+    match = re.search(r'"check_result"\s*:\s*"?\s*(yes|no)', extracted, re.I)
+    if not match:
+        words = re.findall(r"\b(yes|no)\b", judged, re.I)
+        return bool(words) and words[-1].lower() == "yes"
+    return match.group(1).lower() == "yes"
+
+
+class EmbeddingSimilarity:
+    """S(a, b) = cosine of the mean-pooled last hidden states of an encoder (a hub id or local directory,
+    loaded with transformers' AutoModel, remote code off)."""
+
+    def __init__(self, spec: str, batch_size: int = 16):
+        from transformers import AutoModel, AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(spec)
+            self.model = AutoModel.from_pretrained(spec).eval()
+        except (OSError, ValueError) as err:
+            raise BabelprobeError(f"cannot load the embedding model {spec!r}: {str(err).splitlines()[0]}") from None
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
+        self.batch_size, self.name = batch_size, f"embedding:{spec}"
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        import torch
+
+        vectors = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
+                                   return_tensors="pt")
+            with torch.inference_mode():
+                states = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+            vectors.append(((states * mask).sum(1) / mask.sum(1)).float().numpy())
+        return np.concatenate(vectors) if vectors else np.zeros((0, 0))
+
+    def __call__(self, pairs: list[tuple[str, str]]) -> list[float]:
+        if not pairs:
+            return []
+        a, b = self.embed([p[0] for p in pairs]), self.embed([p[1] for p in pairs])
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        return [float(x) for x in cos]
+
+
+def make_similarity(spec: str, models=None, templates: pd.DataFrame | None = None,
+                    settings: SearchSettings = SearchSettings(), cache: Path | None = None):
+    """None for 'none'; a `JudgeSimilarity` for 'llm:GENERATOR'; an `EmbeddingSimilarity` for 'embedding:MODEL'."""
+    if spec == "none":
+        return None
+    kind, _, rest = spec.partition(":")
+    if kind == "llm" and rest:
+        from babelprobe.benchmarks.base import as_models
+
+        return JudgeSimilarity(as_models(models).generator(rest), templates, settings.max_new_tokens, cache)
+    if kind == "embedding" and rest:
+        return EmbeddingSimilarity(rest)
+    raise BabelprobeError(f"unknown similarity {spec!r}; use none, llm:SPEC or embedding:MODEL")
 
 
 # ------------------------------------------------------------------------------------------------ seeds
@@ -207,32 +361,47 @@ def load_source_questions(path: str | Path, limit: int | None = None) -> pd.Data
 
 
 def prepare_seeds(source: pd.DataFrame, target_name: str, translator, models, settings: SearchSettings = SearchSettings(),
-                  prompts: dict | None = None, cache: Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Translate the English seed questions (question and each choice) and keep those every simulation
-    model answers right in English (the paper's seeds). Returns (seeds, dropped with the reason)."""
-    prompts = prompts or load_search_prompts()
+                  templates: pd.DataFrame | None = None, cache: Path | None = None,
+                  similarity: Callable | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Keep the English seed questions every simulation model answers right in English, translate them
+    (question, choices and answer together: App. E) and, with a `similarity`, keep those whose translation
+    passes S ≥ θ'. Returns (seeds, dropped with the reason)."""
+    templates = load_templates(settings.templates) if templates is None else templates
     models = as_simulation_models(models)
     code = language_code(target_name)
     english = simulate(models, source["question"].tolist(), source["choices"].tolist(),
                        [c.index(a) for c, a in zip(source["choices"], source["answer"], strict=True)], ["en"] * len(source))
-    texts = [t for q, c in zip(source["question"], source["choices"], strict=True) for t in (q, *c)]
-    translated = iter(_generate(translator, [prompts["translate"].format(text=t, language=target_name) for t in texts],
-                                settings, cache))
-    seeds, dropped = [], []
-    for row, rate in zip(source.to_dict("records"), english, strict=True):
-        question = next(translated)
-        choices = [next(translated) for _ in row["choices"]]
-        reason = ("not answered right in English by the simulation models" if rate < settings.english_min else
-                  "translated choices are empty or not distinct" if len(set(choices)) < len(choices) or not all(choices)
-                  else "")
+    right = [rate >= settings.english_min for rate in english]
+    asked = source[right]
+    translated = translate_records(asked["question"].tolist(), asked["choices"].tolist(), asked["answer"].tolist(),
+                                   target_name, translator, templates, settings, cache)
+    ok = [t is not None and len(set(t["choices"])) == len(t["choices"]) for t in translated]
+    checked = [(q, t["text"]) for q, t, good in zip(asked["question"], translated, ok, strict=True) if good]
+    scores = iter(similarity(checked) if similarity is not None and checked else [np.nan] * len(checked))
+    seeds, dropped, answers = [], [], iter(translated)
+    for row, rate, keep in zip(source.to_dict("records"), english, right, strict=True):
+        reason, t, similar = "", None, np.nan
+        if not keep:
+            reason = "not answered right in English by the simulation models"
+        else:
+            t = next(answers)
+            if t is None:
+                reason = "the translation is not the JSON the template asks for, or has another number of choices"
+            elif len(set(t["choices"])) < len(t["choices"]):
+                reason = "translated choices are not distinct"
+            else:
+                similar = next(scores)
+                if similarity is not None and similar < settings.theta_cross:
+                    reason = f"the translation fails the semantic check (S = {similar:.3f} < θ' = {settings.theta_cross})"
         if reason:
-            dropped.append({"seed_id": row["seed_id"], "reason": reason, "rate_ori": rate})
+            dropped.append({"seed_id": row["seed_id"], "reason": reason, "rate_ori": rate, "similarity": similar})
             continue
-        seeds.append({**row, "oriquestion": row["question"], "transori": question, "transchoices": choices,
-                      "transanswer": choices[row["choices"].index(row["answer"])], "language": code,
-                      "language_name": target_name, "prequestion": "", "sufquestion": "", "transpre": "",
-                      "transsuf": "", "rate_ori": rate})
-    return pd.DataFrame(seeds), pd.DataFrame(dropped, columns=["seed_id", "reason", "rate_ori"])
+        k = row["choices"].index(row["answer"])  # the answer is the translation of the English answer's choice
+        seeds.append({**row, "oriquestion": row["question"], "transori": t["text"], "transchoices": t["choices"],
+                      "transanswer": t["choices"][k], "language": code, "language_name": target_name,
+                      "prequestion": "", "sufquestion": "", "transpre": "", "transsuf": "", "rate_ori": rate,
+                      "similarity": similar})
+    return pd.DataFrame(seeds), pd.DataFrame(dropped, columns=["seed_id", "reason", "rate_ori", "similarity"])
 
 
 # ----------------------------------------------------------------------------------------------- search
@@ -256,6 +425,9 @@ class Node:
     perturbation: str = ""
     translation: str = ""
     placement: str = ""
+    sim_en: float = float("nan")
+    sim_cross: float = float("nan")
+    status: str = ""
 
     def english(self) -> str:
         return _join(self.pre, self.seed["oriquestion"], self.suf, "en")
@@ -278,6 +450,7 @@ class Node:
 
 
 def _join(pre: str, question: str, suf: str, language: str) -> str:
+    """⊕ of §2.2: the parts joined by the language's word separator (a space; none in Chinese/Japanese)."""
     return separator(language).join(part for part in (pre, question, suf) if part)
 
 
@@ -292,42 +465,42 @@ class SearchResult:
 
 
 def beam_search(seeds: pd.DataFrame, perturber, translator, models, settings: SearchSettings = SearchSettings(),
-                prompts: dict | None = None, cache: Path | None = None, progress: bool = False) -> SearchResult:
+                templates: pd.DataFrame | None = None, cache: Path | None = None, progress: bool = False,
+                similarity: Callable | None = None) -> SearchResult:
     """Run the search over `seeds` (from `prepare_seeds`, or released records with empty context) in
     batches of `settings.batch_size`; see the module docstring for the algorithm."""
-    prompts = prompts or load_search_prompts()
+    templates = load_templates(settings.templates) if templates is None else templates
     models = as_simulation_models(models)
     candidates, trace = [], []
     batches = [seeds.iloc[i:i + settings.batch_size] for i in range(0, len(seeds), settings.batch_size)]
     for batch in tqdm(batches, desc="search", unit="batch", disable=not progress, dynamic_ncols=True):
-        found, steps = _search_batch(batch.to_dict("records"), perturber, translator, models, settings, prompts, cache)
+        found, steps = _search_batch(batch.to_dict("records"), perturber, translator, models, settings, templates,
+                                     cache, similarity)
         candidates += found
         trace += steps
     return SearchResult(pd.DataFrame(candidates), pd.DataFrame(trace))
 
 
-def _search_batch(seeds: list[dict], perturber, translator, models, settings: SearchSettings, prompts: dict,
-                  cache: Path | None) -> tuple[list[dict], list[dict]]:
+def _search_batch(seeds: list[dict], perturber, translator, models, settings: SearchSettings, templates: pd.DataFrame,
+                  cache: Path | None, similarity: Callable | None) -> tuple[list[dict], list[dict]]:
     beam = [Node(seed=s, node_id=s["seed_id"], rate_ori=s.get("rate_ori", 1.0)) for s in seeds]
     count = {s["seed_id"]: 0 for s in seeds}
     candidates, trace = [], []
     depth, limit = 0, settings.depth
     while depth < limit and beam:
         depth += 1
-        children = _expand(beam, depth, perturber, translator, settings, prompts, cache)
-        _score(children, models, settings)
+        children = _expand(beam, depth, perturber, translator, settings, templates, cache)
+        _score(children, models, settings, similarity)
         children.sort(key=lambda n: -n.value if not np.isnan(n.value) else np.inf)  # stable on ties
-        status = {}
         for child in children:
             if np.isnan(child.value):
-                status[child.node_id] = "english_failed" if child.perturbation and child.translation else "no_text"
                 continue
             if child.value >= settings.potential:
                 limit = settings.max_depth
             if child.value >= settings.inclusion and count[child.seed["seed_id"]] < settings.redundancy:
                 count[child.seed["seed_id"]] += 1
                 candidates.append(child.record())
-                status[child.node_id] = "included"
+                child.status = "included"
         alive = [c for c in children if not np.isnan(c.value) and c.rate_trans > 0
                  and count[c.seed["seed_id"]] < settings.redundancy]
         beam = alive[:settings.width]
@@ -336,21 +509,23 @@ def _search_batch(seeds: list[dict], perturber, translator, models, settings: Se
             trace.append({"seed_id": child.seed["seed_id"], "node_id": child.node_id, "parent_id": child.parent_id,
                           "depth": child.depth, "wrong_option": child.wrong_option, "placement": child.placement,
                           "perturbation": child.perturbation, "translation": child.translation,
+                          "sim_en": child.sim_en, "sim_cross": child.sim_cross,
                           "rate_ori": child.rate_ori, "rate_trans": child.rate_trans, "value": child.value,
-                          "status": status.get(child.node_id, "kept" if child.node_id in in_beam else "pruned"),
+                          "status": child.status or ("kept" if child.node_id in in_beam else "pruned"),
                           "in_beam": child.node_id in in_beam, "depth_limit": limit})
     return candidates, trace
 
 
-def _expand(beam: list[Node], depth: int, perturber, translator, settings: SearchSettings, prompts: dict,
+def _expand(beam: list[Node], depth: int, perturber, translator, settings: SearchSettings, templates: pd.DataFrame,
             cache: Path | None) -> list[Node]:
     """One child per (question in the beam, wrong option): perturb, translate, attach before or after."""
+    perturb, _ = template_for(templates, "perturb", "en")
     specs = [(node, wrong) for node in beam for wrong in node.seed["choices"] if wrong != node.seed["answer"]]
-    perturbations = _generate(perturber, [prompts["perturb"].format(question=node.english(), wrong_option=wrong)
-                                          for node, wrong in specs], settings, cache)
+    prompts = [perturb.format(question=node.english(), answer=node.seed["answer"], wrong_answer=wrong)
+               for node, wrong in specs]
+    perturbations = [clean(o) for o in _generate(perturber, prompts, settings, cache, settings.perturb_temperature)]
     language_name = beam[0].seed["language_name"] if beam else ""
-    translations = _generate(translator, [prompts["translate"].format(text=p, language=language_name)
-                                          for p in perturbations], settings, cache)
+    translations = translate_texts(perturbations, language_name, translator, templates, settings, cache)
     children = []
     for k, ((node, wrong), delta, trans) in enumerate(zip(specs, perturbations, translations, strict=True)):
         before = len(delta) % 2 == 1  # the released code's placement rule
@@ -358,7 +533,7 @@ def _expand(beam: list[Node], depth: int, perturber, translator, settings: Searc
                      pre=node.pre, suf=node.suf, trans_pre=node.trans_pre, trans_suf=node.trans_suf,
                      wrong_option=wrong, perturbation=delta, translation=trans, placement="before" if before else "after")
         if not delta or not trans:
-            child.rate_ori = 0.0  # nothing generated: treated like a failed child, kept in the trace
+            child.rate_ori, child.status = 0.0, "no_text"  # nothing generated: kept in the trace only
         elif before:
             child.pre = _join(delta, node.pre, "", "en")
             child.trans_pre = _join(trans, node.trans_pre, "", node.seed["language"])
@@ -369,14 +544,25 @@ def _expand(beam: list[Node], depth: int, perturber, translator, settings: Searc
     return children
 
 
-def _score(children: list[Node], models: list, settings: SearchSettings) -> None:
-    """β^E for every child, then β^T and V for those every model still answers right in English."""
-    live = [c for c in children if c.perturbation and c.translation]
+def _score(children: list[Node], models: list, settings: SearchSettings, similarity: Callable | None) -> None:
+    """Eq. 4's semantic checks (with a similarity), then β^E for every child left, then β^T and V for those
+    every model still answers right in English."""
+    live = [c for c in children if not c.status]
+    if similarity is not None and live:
+        scores = similarity([(c.seed["oriquestion"], c.english()) for c in live]
+                            + [(c.english(), c.target()) for c in live])
+        for child, s_en, s_cross in zip(live, scores[:len(live)], scores[len(live):], strict=True):
+            child.sim_en, child.sim_cross = s_en, s_cross
+            if s_en < settings.theta or s_cross < settings.theta_cross:
+                child.status = "semantic_failed"
+        live = [c for c in live if not c.status]
     english = simulate(models, [c.english() for c in live], [c.seed["choices"] for c in live],
                        [c.answer_index() for c in live], ["en"] * len(live))
     for child, rate in zip(live, english, strict=True):
         child.rate_ori = float(rate)
-    kept = [c for c in live if c.rate_ori >= settings.english_min]
+        if rate < settings.english_min:
+            child.status = "english_failed"
+    kept = [c for c in live if not c.status]
     target = simulate(models, [c.target() for c in kept], [c.seed["transchoices"] for c in kept],
                       [c.seed["transchoices"].index(c.seed["transanswer"]) for c in kept],
                       [c.seed["language"] for c in kept])
@@ -385,50 +571,97 @@ def _score(children: list[Node], models: list, settings: SearchSettings) -> None
         child.value = float(simulation_score(child.rate_ori, rate, settings.gamma))
 
 
-# ----------------------------------------------------------------------------- cross-language evaluation
+def direct_perturbation(seeds: pd.DataFrame, perturber, translator, models, settings: SearchSettings = SearchSettings(),
+                        templates: pd.DataFrame | None = None, cache: Path | None = None) -> pd.DataFrame:
+    """The DP baseline of §3.2 (Table 1): each seed perturbed once with App. E's "Template for Adding
+    Direct Perturbation" (no search), the new question translated, β^E, β^T and V scored; `converted` is
+    V ≥ θinc. With an empty template output the seed counts as not converted."""
+    templates = load_templates(settings.templates) if templates is None else templates
+    models = as_simulation_models(models)
+    direct, _ = template_for(templates, "direct_perturb", "en")
+    asked = [clean(o) for o in _generate(perturber, [direct.format(question=q) for q in seeds["oriquestion"]],
+                                         settings, cache, settings.perturb_temperature)]
+    target = [""] * len(asked)
+    for name in dict.fromkeys(seeds["language_name"]):
+        mine = [i for i, n in enumerate(seeds["language_name"]) if n == name]
+        for i, text in zip(mine, translate_texts([asked[i] for i in mine], name, translator, templates, settings, cache),
+                           strict=True):
+            target[i] = text
+    rows = seeds[["seed_id", "language", "language_name"]].copy()
+    rows["question"], rows["transquestion"] = asked, target
+    ok = [bool(a and t) for a, t in zip(asked, target, strict=True)]
+    en = simulate(models, [a for a, good in zip(asked, ok, strict=True) if good],
+                  [c for c, good in zip(seeds["choices"], ok, strict=True) if good],
+                  [c.index(a) for c, a, good in zip(seeds["choices"], seeds["answer"], ok, strict=True) if good],
+                  ["en"] * sum(ok))
+    tg = simulate(models, [t for t, good in zip(target, ok, strict=True) if good],
+                  [c for c, good in zip(seeds["transchoices"], ok, strict=True) if good],
+                  [c.index(a) for c, a, good in zip(seeds["transchoices"], seeds["transanswer"], ok, strict=True) if good],
+                  [lang for lang, good in zip(seeds["language"], ok, strict=True) if good])
+    rows["rate_ori"], rows["rate_trans"] = np.nan, np.nan
+    rows.loc[ok, "rate_ori"], rows.loc[ok, "rate_trans"] = en, tg
+    rows["value"] = simulation_score(rows["rate_ori"], rows["rate_trans"], settings.gamma)
+    rows["converted"] = (rows["rate_ori"] >= settings.english_min) & (rows["value"] >= settings.inclusion)
+    return rows
 
-def translate_questions(questions: pd.DataFrame, target_name: str, translator, settings: SearchSettings = SearchSettings(),
-                        prompts: dict | None = None, cache: Path | None = None) -> pd.DataFrame:
-    """The weakness questions of one language asked in another: the English perturbed question and its
-    choices translated into `target_name` replace the target-language fields; `question_set` keeps the
-    language the questions were found for."""
-    prompts = prompts or load_search_prompts()
-    texts = [t for q, c in zip(questions["question"], questions["choices"], strict=True) for t in (q, *c)]
-    translated = iter(_generate(translator, [prompts["translate"].format(text=t, language=target_name) for t in texts],
-                                settings, cache))
-    out = questions.copy()
-    out["question_set"] = questions["language"]
-    out["language"], out["language_name"] = language_code(target_name), target_name
-    asked, choices = [], []
-    for row in questions.to_dict("records"):
-        asked.append(next(translated))
-        choices.append([next(translated) for _ in row["choices"]])
-    out["transquestion"], out["transchoices"] = asked, choices
-    out["transanswer"] = [c[i] for c, i in zip(choices, questions["answer_index"], strict=True)]
-    return out
+
+# ------------------------------------------------------------------------------------- expanded pairs
+
+def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, settings: SearchSettings = SearchSettings(),
+                 templates: pd.DataFrame | None = None, cache: Path | None = None, per_language: int | None = None,
+                 sample_seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The expanded pairs of §3.3 (App. B.2): for every seed language y among `questions` (rows of
+    `pitfalls.load_pitfalls`; `per_language` of each sampled, the paper: 100), the target-language
+    portion of each pair translated into every other language x of `languages` (English names): the
+    original question with its choices and answer by the App. E template, the added context (transpre,
+    transsuf) by plain translation. x = y keeps the pair as it is. Rows are in `load_pitfalls`' format
+    with `language` = x and `seed_language` = y; the answer is the translation of the seed answer's
+    choice. Returns (pairs, dropped with the reason)."""
+    templates = load_templates(settings.templates) if templates is None else templates
+    frames, dropped = [], []
+    for _, seeds in questions.groupby("language_name", sort=False):
+        if per_language is not None and len(seeds) > per_language:
+            seeds = seeds.sample(per_language, random_state=sample_seed).sort_index()
+        y = seeds["language"].iloc[0]
+        frames.append(seeds.assign(seed_language=y))
+        for name_x in languages:
+            x = language_code(name_x)
+            if x == y:
+                continue
+            records = translate_records(seeds["transori"].tolist(), seeds["transchoices"].tolist(),
+                                        seeds["transanswer"].tolist(), name_x, translator, templates, settings, cache)
+            pre = translate_texts(seeds["transpre"].fillna("").tolist(), name_x, translator, templates, settings, cache)
+            suf = translate_texts(seeds["transsuf"].fillna("").tolist(), name_x, translator, templates, settings, cache)
+            rows = []
+            for q, t, p, s in zip(seeds.to_dict("records"), records, pre, suf, strict=True):
+                if t is None:
+                    dropped.append({"question_id": q["question_id"], "language": x, "seed_language": y,
+                                    "reason": "the translation is not the JSON the template asks for, or has another "
+                                              "number of choices"})
+                    continue
+                answer = t["choices"][q["transanswer_index"]]
+                rows.append({**q, "question_id": f"{q['question_id']}>{x}", "language": x, "language_name": name_x,
+                             "seed_language": y, "transori": t["text"], "transchoices": t["choices"],
+                             "transanswer": answer, "transanswer_index": q["transanswer_index"], "transpre": p,
+                             "transsuf": s, "transquestion": _join(p, t["text"], s, x)})
+            if rows:
+                frames.append(pd.DataFrame(rows))
+    pairs = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pairs, pd.DataFrame(dropped, columns=["question_id", "language", "seed_language", "reason"])
 
 
-def cross_evaluate(lm: LoadedModel, questions: pd.DataFrame, languages: list[str], translator,
-                   reduction: str = "per_byte", settings: SearchSettings = SearchSettings(),
-                   cache: Path | None = None) -> pd.DataFrame:
-    """Evaluation rows for `pitfalls.accuracy_matrix` and `relative_affinity`: every language's
-    perturbed weakness questions asked in English, in their own language and (translated) in each of
-    `languages` (English names)."""
+def cross_evaluate(models: list, pairs: pd.DataFrame, reduction: str = "per_byte") -> pd.DataFrame:
+    """Likelihood evaluation rows of expanded pairs (their perturbed target-language question) for every
+    model in `models` (LoadedModels), concatenated; `pitfalls.affinity_accuracy` averages them over models."""
     from babelprobe.benchmarks.pitfalls import score_pitfalls
 
-    rows = []
-    for name, own in questions.groupby("language_name", sort=False):
-        scored = score_pitfalls(lm, own, reduction=reduction, progress=False,
-                                variants=(("en", "perturbed"), ("target", "perturbed")))
-        rows.append(scored.assign(question_set=own["language"].iloc[0]))
-        for other in languages:
-            if other == name:
-                continue
-            asked = translate_questions(own, other, translator, settings, cache=cache)
-            scored = score_pitfalls(lm, asked, reduction=reduction, progress=False, variants=(("target", "perturbed"),))
-            rows.append(scored.assign(question_set=own["language"].iloc[0]))
-    return pd.concat(rows, ignore_index=True)
+    if isinstance(models, LoadedModel):
+        models = [models]
+    return pd.concat([score_pitfalls(lm, pairs, reduction=reduction, progress=False,
+                                     variants=(("target", "perturbed"),)) for lm in models], ignore_index=True)
 
+
+# -------------------------------------------------------------------------------------------------- CLI
 
 def search_languages(source: str | Path, languages: list[str], models, settings: SearchSettings, out: str | Path,
                      perturber: str = "local", translator: str = "local", sim_models: list[str] = (),
@@ -446,6 +679,7 @@ def search_languages(source: str | Path, languages: list[str], models, settings:
     models = as_models(models)
     for name in languages:
         language_code(name)  # a clear error for an unknown language name before any work
+    templates = load_templates(settings.templates)
     questions = load_source_questions(source, limit)
     lm = models.lm
     answerers = [LikelihoodAnswerer(lm, reduction)] + [LikelihoodAnswerer(load_model(spec), reduction)
@@ -457,11 +691,12 @@ def search_languages(source: str | Path, languages: list[str], models, settings:
     run = open_run(out, identity, record={"model": lm.name, "data": str(source)}, overwrite=overwrite,
                    what="a Pitfalls search")
     cache = run.path / "generations.jsonl"
+    similarity = make_similarity(settings.similarity, models, templates, settings, cache)
     found = {}
     for name in languages:
-        seeds, dropped = prepare_seeds(questions, name, translate, answerers, settings, cache=cache)
-        result = beam_search(seeds, perturb, translate, answerers, settings, cache=cache,
-                             progress=progress) if len(seeds) else None
+        seeds, dropped = prepare_seeds(questions, name, translate, answerers, settings, templates, cache, similarity)
+        result = beam_search(seeds, perturb, translate, answerers, settings, templates, cache, progress,
+                             similarity) if len(seeds) else None
         records = result.records() if result else []
         with atomic_path(run.path / f"{name}.json") as tmp:
             tmp.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")

@@ -1,0 +1,210 @@
+"""The directions an intervention moves along, and the edits built on them.
+
+Probes come from `load_probe_source(spec)`:
+  - a compare directory (`neuro.csv` and its `neuro.probes.h5`, written by `babelprobe compare`);
+  - a probe result (`NAME.csv`/`NAME.parquet` or `NAME.probes.h5`, written by `babelprobe probe`);
+  - an activation store (a directory with `manifest.json`, or a compare directory with only `acts/`):
+    fresh probes are fitted by the probe sweep (`babelprobe.probes.sweep`: language × subset groups, 5
+    grouped folds, or fewer when a group has fewer pairs) and kept under OUT/probes/.
+The per-layer F1 table and the peaks come with them (for `--layers peak` and the F1-vs-effect figure).
+
+For one probe group (language × subset by default) at one layer, `group_directions` gathers, from the
+group's un-intervened states X [n, d] (the probe's pooling) and labels:
+  - `probe`: the probe's unit direction ŵ = coef/‖coef‖ (`Probes.direction`);
+  - `random-K`: unit vectors drawn from a standard normal (seed, group, layer and K fix each one);
+  - `shuffled`: the unit direction of a probe fitted the same way (same C) on the group's labels permuted;
+  - σ: the standard deviation of X·ŵ over the group's items (steering's unit: α·σ), and for each
+    direction the two class means of the component along it and its overall mean;
+  - for LEACE, erasers fitted on the true and on the permuted labels.
+
+`make_edit(method, direction, alpha, ...)`:
+  steer   h + α·σ·u  (u = ŵ or a control direction: every edit has the same norm α·σ);
+  ablate  the component along u moved to 0 (`ablate_to="zero"`: u projected out) or to the mean of the
+          two class-conditional means of the component (`"mean"`: every text gets the same component,
+          one that lies between the classes, and the class sizes do not pull it), scaled by α (1: fully);
+  leace   LEACE's eraser fitted on the true labels (`probe`) or the permuted ones (`shuffled`); the
+          random control erases a random direction the same affine way: its component set to its mean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.interventions.edits import Edit, Erase, Project, Steer, fit_leace
+from babelprobe.probes.controls import group_rng
+from babelprobe.probes.weights import Probes
+
+METHODS = ("steer", "ablate", "leace")
+ABLATE_TO = ("zero", "mean")
+
+
+@dataclass
+class ProbeSource:
+    """Probes with their sweep's tables, and where they came from."""
+
+    probes: Probes
+    table: pd.DataFrame  # one row per group × layer: f1_mean, ... (neuro.csv)
+    peaks: pd.DataFrame  # one row per group: peak_layer, ...
+    origin: Path
+    digest: str  # of the probe weights: a change of probes is a change of run identity
+    compare_dir: Path | None = None  # a compare directory, whose meta settings and tables we reuse
+
+    @property
+    def pool(self) -> str:
+        return str(self.probes.settings.get("pool", "last"))
+
+
+def load_probe_source(spec: str | Path, out: str | Path | None = None, items: pd.DataFrame | None = None,
+                      seed: int = 0, progress: bool = False) -> ProbeSource:
+    """The probes named by `spec` (module docstring); fitted afresh into OUT/probes/ from a store."""
+    path = Path(spec)
+    if not path.exists():
+        raise BabelprobeError(f"--probes {spec}: no such file or directory")
+    compare_dir = path if (path / "compare.json").exists() else None
+    if path.is_dir():
+        result_file = next((path / n for n in ("neuro.csv", "neuro.parquet") if (path / n).exists()), None)
+        if result_file is None:
+            store = path if (path / "manifest.json").exists() else path / "acts"
+            if not (store / "manifest.json").exists():
+                raise BabelprobeError(f"--probes {spec}: not a compare directory, probe result or activation store "
+                                      "(no neuro.csv, no manifest.json, no acts/)")
+            return _fresh_probes(store, out, items, seed, progress, compare_dir)
+    elif path.name.endswith(".probes.h5"):
+        stem = path.name.removesuffix(".probes.h5")
+        result_file = next((path.with_name(stem + ext) for ext in (".csv", ".parquet")
+                            if path.with_name(stem + ext).exists()), None)
+        if result_file is None:
+            raise BabelprobeError(f"--probes {spec}: the probe table {stem}.csv beside it is missing")
+    else:
+        result_file = path
+    return _saved_probes(result_file, compare_dir)
+
+
+def _saved_probes(result_file: Path, compare_dir: Path | None) -> ProbeSource:
+    from babelprobe.probes.run import ProbeResult
+
+    try:
+        result = ProbeResult.read(result_file)
+    except BabelprobeError:
+        raise
+    except Exception as err:  # a damaged or foreign table: say which, in one line
+        raise BabelprobeError(f"cannot read the probe result {result_file}: {str(err).splitlines()[0]}") from err
+    weights = result_file.with_name(result_file.with_suffix("").name + ".probes.h5")
+    if result.probes is None:
+        raise BabelprobeError(f"{result_file} has no probe weights beside it ({weights.name}; results made before "
+                              "weights were kept): rerun `babelprobe probe` or `babelprobe compare` with --overwrite, "
+                              "or pass the activation store as --probes to fit fresh probes")
+    return ProbeSource(result.probes, result.table, result.peaks, result_file, _file_digest(weights), compare_dir)
+
+
+def _fresh_probes(store: Path, out, items, seed: int, progress: bool, compare_dir) -> ProbeSource:
+    from babelprobe.probes.run import sweep
+
+    if out is None:
+        raise BabelprobeError("fitting fresh probes from a store needs an output directory to keep them in")
+    from babelprobe.extract import open_store
+
+    keys = open_store(store).keys
+    keys = keys[keys["label"].isin([0, 1])]
+    smallest = int(keys.groupby(["language", "subset"])["pair_id"].nunique().min())
+    if smallest < 2:
+        raise BabelprobeError(f"the store {store} has a language × subset group with one pair: too few to fit probes")
+    result = sweep(store, folds=min(5, smallest), seed=seed, items=items, progress=progress)
+    target = Path(out) / "probes" / "neuro.csv"
+    result.write(target)
+    return ProbeSource(result.probes, result.table, result.peaks, target, _file_digest(result.paths(target)["probes"]),
+                       compare_dir)
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------ per group × layer
+
+@dataclass
+class Directions:
+    """A group's directions at one layer and the statistics the edits need (module docstring)."""
+
+    layer: int
+    units: dict[str, np.ndarray]  # "probe", "shuffled", "random-0", ... -> unit vector [d]
+    sigma: float  # std of the states along the probe direction
+    midpoint: dict[str, float]  # mean of the two class means of the component along each unit
+    mean: dict[str, float]  # overall mean of the component along each unit
+    erasers: dict = field(default_factory=dict)  # "probe", "shuffled" -> LeaceEraser (for leace)
+
+
+def group_directions(probes: Probes, group, layer: int, X: np.ndarray, labels: np.ndarray, *, name: str,
+                     n_random: int, shuffled: bool, seed: int, leace: bool) -> Directions:
+    """The directions of `group` at `layer` from its un-intervened states X [n, d] and 0/1 labels."""
+    X = np.asarray(X, dtype=np.float64)
+    labels = np.asarray(labels, dtype=int)
+    where = f"{name} layer {layer}"
+    units = {"probe": probes.direction(group, layer)}
+    for k in range(n_random):
+        draw = group_rng(seed, where, f"random {k}").standard_normal(X.shape[1])
+        units[f"random-{k}"] = draw / np.linalg.norm(draw)
+    permuted = group_rng(seed, where, "shuffled labels").permutation(labels)
+    if shuffled:
+        units["shuffled"] = shuffled_direction(X, permuted, probes.probe(group, layer).C)
+    components = {kind: X @ u for kind, u in units.items()}
+    out = Directions(layer=layer, units=units, sigma=float(components["probe"].std()),
+                     midpoint={k: _class_midpoint(c, labels) for k, c in components.items()},
+                     mean={k: float(c.mean()) for k, c in components.items()})
+    if leace:
+        out.erasers["probe"] = fit_leace(X, labels)
+        if shuffled:
+            out.erasers["shuffled"] = fit_leace(X, permuted)
+    return out
+
+
+def shuffled_direction(X: np.ndarray, labels: np.ndarray, C: float) -> np.ndarray:
+    """The unit direction of a logistic probe (standardised features, this C; the sweep's solver) fitted on
+    all rows with these (permuted) labels."""
+    from babelprobe.probes.solvers import fit_predict
+
+    _, fit = fit_predict(X[:, None, :].astype(np.float32), labels[None], np.ones((1, len(labels)), dtype=bool), C,
+                         return_fit=True)
+    coef = fit.coef[0, 0]
+    norm = np.linalg.norm(coef)
+    if not np.isfinite(norm) or norm == 0:
+        raise BabelprobeError("the shuffled-label probe has no direction (one label only?); pass --no-shuffled")
+    return coef / norm
+
+
+def _class_midpoint(component: np.ndarray, labels: np.ndarray) -> float:
+    return float((component[labels == 1].mean() + component[labels == 0].mean()) / 2)
+
+
+def make_edit(method: str, kind: str, alpha: float, d: Directions, ablate_to: str = "zero") -> Edit:
+    """The edit of `method` along direction `kind` ("probe", "shuffled", "random-K") at strength α."""
+    u = d.units[kind]
+    if method == "steer":
+        return Steer(alpha * d.sigma * u)
+    if method == "ablate":
+        if ablate_to not in ABLATE_TO:
+            raise BabelprobeError(f"unknown --ablate-to {ablate_to!r}; use zero or mean")
+        return Project(u, 0.0 if ablate_to == "zero" else d.midpoint[kind], alpha)
+    if method == "leace":
+        if kind in d.erasers:
+            return Erase(d.erasers[kind], alpha)
+        return Project(u, d.mean[kind], alpha)  # a random direction, erased the same affine way
+    raise BabelprobeError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+
+
+def edit_size(edit: Edit, X: np.ndarray) -> float:
+    """Mean norm of the change the edit makes to the states X [n, d] (the pooled ones the probe reads)."""
+    import torch
+
+    h = torch.as_tensor(np.asarray(X, dtype=np.float32))
+    return float(torch.linalg.vector_norm(edit(h) - h, dim=-1).mean())
