@@ -171,3 +171,18 @@ def test_result_files_get_ordinary_permissions(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_items_list_shows_every_bundled_set_of_every_benchmark(capsys):
+    from babelprobe.bundled import BUNDLED
+    from babelprobe.cli import main
+
+    assert main(["items", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line for line in lines[1:]}
+    assert set(listed) == set(BUNDLED)
+    for name, bundled in BUNDLED.items():
+        used_by = "score/extract/compare" if bundled.benchmark == "xcomps" else f"bench {bundled.benchmark}"
+        assert used_by in listed[name]
+    assert {bundled.benchmark for bundled in BUNDLED.values()} >= {
+        "xcomps", "stingray", "eclektic", "consistency", "pitfalls"}

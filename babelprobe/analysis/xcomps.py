@@ -42,7 +42,7 @@ PROTOCOLS = {
 DESCRIPTIONS = {
     "default": "babelprobe default: 5-fold cross-validation stratified and grouped by pair, F1 averaged over "
                "folds, neuro at each language × subset's peak layer",
-    "paper": "XCOMPS paper (§4.2, Fig. 2): stratified 5-fold cross-validation (the two sentences of a pair may "
+    "paper": "XCOMPS paper (§4.2, Fig. 2): 5-fold cross-validation, stratified by label (ours: §4.2 does not say; the two sentences of a pair may "
              "fall in different folds), F1 averaged over the folds, neuro = the maximum over layers",
 }
 METHOD_METRIC = {"meta": "accuracy", "direct": "accuracy", "neuro": "f1"}

@@ -74,12 +74,17 @@ def plot_method_grid(cells: pd.DataFrame, difference: bool = False, title: str |
     return fig
 
 
+SHORT_CLASS = {"analytic": "analyt.", "inflectional": "inflect.", "agglutinative": "agglut."}
+
+
 def _group_labels(ax, groups) -> None:
     """The typology group names above the top heatmap, centred over their columns."""
     start = 0
     for name, codes in groups:
         centre = start + (len(codes) - 1) / 2
         label = name.replace("not in ", "not in\n") if len(codes) < 3 else name  # narrow group: two lines
+        if len(codes) == 1:  # one column: the class name would run into its neighbours'
+            label = SHORT_CLASS.get(label, label)
         ax.annotate(label, (centre, 1.0), xycoords=("data", "axes fraction"), xytext=(0, 3),
                     textcoords="offset points", ha="center", va="bottom", fontsize=6.5,
                     color=TYPOLOGY_COLORS.get(name, "0.3"), fontweight="bold")
@@ -142,7 +147,7 @@ def plot_peak_readings(language_peaks: pd.DataFrame, subset_peaks: pd.DataFrame)
     draw_peak_classes(axes[1], subset_peaks, labels=False, markers=markers, ylabel="", note=False)
     dropped = xcomps.left_out([*language_peaks["language"], *subset_peaks["language"]])
     if dropped:
-        fig.supxlabel(f"left out (not in XCOMPS Table 3): {', '.join(dropped)}", fontsize=6.5, color="0.35")
+        axes[0].set_xlabel(f"left out (not in XCOMPS Table 3): {', '.join(dropped)}", fontsize=6.5, color="0.35")
     axes[0].set_title("(a) per language (negative types averaged)", fontsize=8)
     axes[1].set_title("(b) per language × negative type", fontsize=8)
     shapes = [Line2D([], [], linestyle="", marker=markers[s], color="0.35", markersize=3.5, label=s) for s in subsets]

@@ -22,14 +22,16 @@ def register(sub) -> None:
 def run_list(args) -> int:
     from babelprobe.benchmarks.base import benchmark
 
-    print(f"{'name':20s} {'used by':22s} {'records':>7s} {'languages':>9s}  description")
+    rows = [("name", "used by", "records", "languages", "description")]
     for name, bundled in BUNDLED.items():
         if bundled.benchmark == "xcomps":
             records, command = load_items(name), "score/extract/compare"
         else:
             records, command = benchmark(bundled.benchmark).load(name), f"bench {bundled.benchmark}"
-        languages = _languages(records)
-        print(f"{name:20s} {command:22s} {len(records):7d} {len(languages):9d}  {bundled.description}")
+        rows.append((name, command, str(len(records)), str(len(_languages(records))), bundled.description))
+    name_width, command_width = (max(len(row[column]) for row in rows) for column in (0, 1))
+    for name, command, records, languages, description in rows:
+        print(f"{name:{name_width}s}  {command:{command_width}s}  {records:>7s}  {languages:>9s}  {description}")
     return 0
 
 
