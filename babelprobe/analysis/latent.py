@@ -75,17 +75,23 @@ def plot_lens_curves(curves: pd.DataFrame, pivot: str = "en"):
     return fig
 
 
-def plot_lens_entropy(curves: pd.DataFrame):
-    """Entropy of the lens distribution and the share of the top-k tokens in the item's own script, by layer,
-    one line per language."""
-    require(curves, ["language", "layer", "entropy", "topk_own_script"], "lens curves")
+def _language_lines(curves: pd.DataFrame, left_column: str, right_column: str):
+    """Two panels side by side, each with one line per language by layer (`left_column`, `right_column`)."""
     fig, (left, right) = figure("two", height=2.9, ncols=2)
     styles = language_styles(curves["language"])
     for language, style in styles.items():
         group = curves[curves["language"] == language].sort_values("layer")
         kwargs = dict(color=style["color"], linestyle=style["linestyle"], marker=style["marker"], markersize=2.5)
-        left.plot(group["layer"], group["entropy"], **kwargs)
-        right.plot(group["layer"], group["topk_own_script"], **kwargs)
+        left.plot(group["layer"], group[left_column], **kwargs)
+        right.plot(group["layer"], group[right_column], **kwargs)
+    return fig, (left, right), styles
+
+
+def plot_lens_entropy(curves: pd.DataFrame):
+    """Entropy of the lens distribution and the share of the top-k tokens in the item's own script, by layer,
+    one line per language."""
+    require(curves, ["language", "layer", "entropy", "topk_own_script"], "lens curves")
+    fig, (left, right), styles = _language_lines(curves, "entropy", "topk_own_script")
     left.set(xlabel="layer", ylabel="entropy (nats)", title="entropy of the next-token distribution")
     right.set(xlabel="layer", ylabel="share of top-k tokens", ylim=(-0.02, 1.02),
               title="top-k tokens in the language's own script")
@@ -98,13 +104,7 @@ def plot_alignment(curves: pd.DataFrame):
     """Retrieval accuracy to and from the pivot (mean of both directions) with its chance level, and linear
     CKA with the pivot, by layer, one line per language."""
     require(curves, ["language", "layer", "retrieval", "cka", "chance", "pivot"], "alignment curves")
-    fig, (left, right) = figure("two", height=2.9, ncols=2)
-    styles = language_styles(curves["language"])
-    for language, style in styles.items():
-        group = curves[curves["language"] == language].sort_values("layer")
-        kwargs = dict(color=style["color"], linestyle=style["linestyle"], marker=style["marker"], markersize=2.5)
-        left.plot(group["layer"], group["retrieval"], **kwargs)
-        right.plot(group["layer"], group["cka"], **kwargs)
+    fig, (left, right), styles = _language_lines(curves, "retrieval", "cka")
     chance = curves.groupby("layer")["chance"].mean()
     left.plot(chance.index, chance.values, color="#777777", linestyle=CHANCE_STYLE)
     pivot = curves["pivot"].iloc[0]
