@@ -361,3 +361,24 @@ def test_fresh_probes_from_a_store_and_the_report(tiny_long_dir, probe_dir, tmp_
     report = write_report(probe_dir, tmp_path / "figures", n_boot=20)
     text = (tmp_path / "figures" / "report.md").read_text(encoding="utf-8")
     assert "## Interventions" in text and "intervene_effect_by_layer_steer_direct_accuracy" in report.figures
+
+
+def test_refit_after_erasing_the_probe_direction_is_cross_fitted():
+    """Erasing a direction fitted on all rows leaks the held-out labels into a refitted probe (on data with
+    no signal its F1 moves far from the unedited refit's); the cross-fitted refit, whose direction is fitted
+    on each fold's training rows only, stays with it, and with no edit it is exactly the sweep's refit."""
+    from babelprobe.interventions.directions import fitted_direction
+    from babelprobe.interventions.run import Settings, _crossfit_f1, _refit_f1
+    from babelprobe.probes import synthetic_activations
+
+    settings, base, leaky, cross = Settings(), [], [], []
+    for seed in range(6):
+        keys, X = synthetic_activations(n_pairs=40, n_layers=1, d_model=128, signal=0.0, seed=seed)
+        X = X[:, 1]
+        base.append(_refit_f1(X, 1, keys, settings))
+        assert _crossfit_f1(X, keys, settings, "ablate", 1.0, alpha=0.0) == base[-1]
+        edit = Project(fitted_direction(X, keys["label"].to_numpy(int), 1.0))
+        leaky.append(_refit_f1(edit(torch.as_tensor(X)).numpy(), 1, keys, settings))
+        cross.append(_crossfit_f1(X, keys, settings, "ablate", 1.0, alpha=1.0))
+    assert abs(np.mean(cross) - np.mean(base)) < 0.05
+    assert np.mean(leaky) < np.mean(base) - 0.1

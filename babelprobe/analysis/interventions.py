@@ -11,7 +11,12 @@ in the meta rule's units); a cell's effect is the mean over its pairs, with a pa
 over pairs (`stats.paired_bootstrap`). The random control averages each pair's effect over the random
 directions first (`random`; `draw_min`/`draw_max`: the range of the per-direction means); `probe−random`
 is each pair's probe effect minus that average, so its interval says whether the probe's direction
-does more than a random edit of the same size. Cells: each language and `all`; each layer, and `peak`
+does more than a random one edited the same way. A steer is the same size along every direction; an
+ablation is not: it removes each direction's own component, and on models with large constant offsets
+in a few dimensions (Gemma-3-270M) a random unit direction's component is far larger than the probe's
+(the rows' `edit_norm`: median 169 against 11 at its peak layers, ablating to zero). Read the random
+control of a zero ablation with that in mind; `--ablate-to mean` removes only the spread along each
+direction, and the shuffled-label probe is a control of the probe's own kind. Cells: each language and `all`; each layer, and `peak`
 pooling every group at its own peak layer (runs with `--layers peak`).
 """
 
@@ -124,7 +129,8 @@ def _cell_rows(cell: dict, part: pd.DataFrame, n_boot: int, seed: int) -> list[d
 def sanity(rows: pd.DataFrame) -> pd.DataFrame:
     """The built-in check: per probe group × layer × edit × direction, the probe's balanced accuracy on
     the group's items without and with the edit (`at_chance`: within 1.96·0.5/√n of 0.5, n items) and
-    the cross-validated F1 of a probe refitted on the edited states (ablate, leace)."""
+    the cross-validated F1 of a probe refitted on the edited states (ablate, leace; for the probe's own
+    direction the erased direction is refitted in each fold on its training rows, `run._crossfit_f1`)."""
     rows = _rows(rows)
     if "probe_bacc" not in rows.columns:
         return pd.DataFrame(columns=["language", "subset", "layer", *CONFIG, "direction", "draw", "probe_bacc"])

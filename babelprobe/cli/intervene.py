@@ -12,12 +12,15 @@ store (fresh probes are fitted and kept in OUT/probes/). --layers: `peak` (each 
 group's peak layer in the probe results), or numbers and ranges (`6`, `0-4,12`). Methods: steer (add
 α·σ·ŵ, σ the standard deviation of the states along ŵ; α a list for a dose–response curve), ablate (the
 component along ŵ set to 0, or with --ablate-to mean to the mean of the two class means; α the fraction),
-leace (LEACE concept erasure, concept-erasure package). Controls on every edit: --random N random
-directions of the same size and the direction of a probe fitted on shuffled labels.
+leace (LEACE concept erasure, concept-erasure package). Controls on every edit: --random N random unit
+directions, edited the same way, and the direction of a probe fitted on shuffled labels. A steer moves
+every direction by the same α·σ; an ablation removes each direction's own component, whose size can
+differ a lot: compare the edit_norm column (--ablate-to mean leaves out each direction's offset).
 
 Writes interventions.csv (one row per pair × layer × method × direction × α; join with the compare
 directory's items.csv on pair_id), summary.csv (effects with 95% paired bootstrap intervals), sanity.csv
-(the probe's balanced accuracy after the edit: ablating its own direction must bring it to chance),
+(the probe's balanced accuracy after the edit: ablating its own direction must bring it to chance; and
+a probe refitted after the edit, cross-fitted for the probe's own direction),
 intervene.json and figures/. The same command again reuses the finished run; an interrupted one resumes.
 """
 
@@ -50,7 +53,7 @@ def register(sub) -> None:
     parser.add_argument("--positions", choices=("all", "last"), default="all",
                         help="edit every token (default) or each text's last token (probe readout only)")
     parser.add_argument("--random", type=int, default=3, metavar="N",
-                        help="random directions of the same size as controls (default 3)")
+                        help="random unit directions as controls, edited like the probe's (default 3)")
     parser.add_argument("--no-shuffled", action="store_true", help="leave out the shuffled-label probe control")
     parser.add_argument("--readouts", type=comma_list, default=["direct", "meta", "probe"], metavar="LIST",
                         help="direct, meta, probe (default all three)")

@@ -156,7 +156,7 @@ def group_directions(probes: Probes, group, layer: int, X: np.ndarray, labels: n
         units[f"random-{k}"] = draw / np.linalg.norm(draw)
     permuted = group_rng(seed, where, "shuffled labels").permutation(labels)
     if shuffled:
-        units["shuffled"] = shuffled_direction(X, permuted, probes.probe(group, layer).C)
+        units["shuffled"] = fitted_direction(X, permuted, probes.probe(group, layer).C)
     components = {kind: X @ u for kind, u in units.items()}
     out = Directions(layer=layer, units=units, sigma=float(components["probe"].std()),
                      midpoint={k: _class_midpoint(c, labels) for k, c in components.items()},
@@ -168,9 +168,9 @@ def group_directions(probes: Probes, group, layer: int, X: np.ndarray, labels: n
     return out
 
 
-def shuffled_direction(X: np.ndarray, labels: np.ndarray, C: float) -> np.ndarray:
+def fitted_direction(X: np.ndarray, labels: np.ndarray, C: float) -> np.ndarray:
     """The unit direction of a logistic probe (standardised features, this C; the sweep's solver) fitted on
-    all rows with these (permuted) labels."""
+    all rows of X with these labels (permuted ones for the shuffled control)."""
     from babelprobe.probes.solvers import fit_predict
 
     _, fit = fit_predict(X[:, None, :].astype(np.float32), labels[None], np.ones((1, len(labels)), dtype=bool), C,
@@ -178,8 +178,19 @@ def shuffled_direction(X: np.ndarray, labels: np.ndarray, C: float) -> np.ndarra
     coef = fit.coef[0, 0]
     norm = np.linalg.norm(coef)
     if not np.isfinite(norm) or norm == 0:
-        raise BabelprobeError("the shuffled-label probe has no direction (one label only?); pass --no-shuffled")
+        raise BabelprobeError("a probe fitted for a direction has none (one label only?); for the shuffled control "
+                              "pass --no-shuffled")
     return coef / norm
+
+
+def fold_edit(method: str, X: np.ndarray, labels: np.ndarray, C: float, alpha: float, ablate_to: str) -> Edit:
+    """The edit `make_edit` builds along the probe's own direction, with everything fitted on X [n, d] and
+    labels only (one fold's training rows): the probe direction and class midpoint (ablate) or the LEACE
+    eraser (leace). Used to cross-fit the refitted probe (`run._crossfit_f1`)."""
+    if method == "leace":
+        return Erase(fit_leace(X, labels), alpha)
+    u = fitted_direction(X, labels, C)
+    return Project(u, 0.0 if ablate_to == "zero" else _class_midpoint(X @ u, labels), alpha)
 
 
 def _class_midpoint(component: np.ndarray, labels: np.ndarray) -> float:
