@@ -26,7 +26,10 @@ tol=1e-4 (the time baseline) and at tol=1e-6 ("converged": the reference for |Δ
 synthetic group of that many items × dims (`synthetic_activations`: minimal pairs, planted signal;
 its layers 1 and 2, `--scale-layers`). Same protocol everywhere: 5 grouped folds, no controls, no
 bootstrap; torch with `--threads` threads (groups side by side, or one group's layers in threads),
-scikit-learn with `--threads` processes (n_jobs, over layers), BLAS single-threaded in each.
+scikit-learn with `--threads` processes (n_jobs, over layers), BLAS single-threaded in each. For the
+synthetic rows it also times the two passes over the activations that an iteration makes, for scikit-learn
+(each problem, float64) and for the torch L-BFGS (all problems in one product, float32): their ratio is
+what the speed-up can reach at equal iteration counts once the passes dominate (`pass_ceiling`).
 
 `--gpu`: one group of 20k items × 33 layers × 4096 dims (the scale of Llama-8B on full XCOMPS), 5 folds,
 on CUDA; the CPU torch solver and the scikit-learn loop (`--threads` processes) are timed on
@@ -138,6 +141,41 @@ def scale_store(n: int, d: int, layers: int, seed: int):
     return store, f"synthetic, 1 group × {n} items × {layers} layers × {d} dims"
 
 
+def pass_ceiling(store, problems: int = 6) -> tuple[float, float, float]:
+    """The speed-up that one iteration allows, from the passes over the activations that both solvers make.
+
+    Both are first-order at these sizes: an iteration reads the training rows twice (X·w, then Xᵀr).
+    scikit-learn does it per problem in float64 (numpy's BLAS, as its lbfgs does); the torch L-BFGS does
+    it once for all the layer's problems in float32 (the products `SharedFeatures` makes). Each pass is
+    timed on one thread, fastest of 5, on the store's first layer. Returns (scikit-learn's passes for all
+    problems, torch's passes, their ratio). Where the passes are most of an iteration's cost (from
+    4000 × 2048 up: they are memory-bound), the ratio is the most the speed-up can be at equal iteration
+    counts, whatever else is made faster; on small sizes other per-iteration costs count too."""
+    X = np.asarray(store.read_layers(layers=[store.layers[0]]))[:, 0]
+    rows = X[: len(X) * 4 // 5]  # a training fold's rows
+    x64, w64, r64 = np.ascontiguousarray(rows, dtype=np.float64), np.ones(X.shape[1]), np.ones(len(rows))
+    x32 = torch.as_tensor(X, dtype=torch.float32)
+    u, r = torch.ones(problems, X.shape[1]), torch.ones(problems, len(X))
+
+    def best(fn):
+        times = []
+        for _ in range(5):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            sk = problems * (best(lambda: x64 @ w64) + best(lambda: r64 @ x64))
+            ours = best(lambda: x32 @ u.T) + best(lambda: r @ x32)
+    finally:
+        torch.set_num_threads(threads)
+    return sk, ours, sk / ours
+
+
 def scale_row(store, what: str, args) -> dict:
     """Time the three sweeps on one store in rounds; the row of the table."""
     groups = store.keys.groupby(["language", "subset"]).ngroups
@@ -165,6 +203,12 @@ def scale_row(store, what: str, args) -> dict:
           f"{row['ratio']}; sklearn tol 1e-6 {row['converged_s']:.2f} s, speed-up {row['ratio_converged']}; "
           f"largest |dF1| against sklearn tol 1e-6: torch {row['df1_torch']:.4f}, sklearn tol 1e-4 "
           f"{row['df1_sklearn']:.4f} (F1 range {row['f1']})", flush=True)
+    row["ceiling"] = None  # exact Newton (the real sample, small sizes) does not work by passes
+    if groups == 1 and row["method"] == "lbfgs":
+        sk_pass, torch_pass, row["ceiling"] = pass_ceiling(store)
+        print(f"  one iteration's passes over the activations (one thread): scikit-learn {1e3 * sk_pass:.2f} ms for "
+              f"the 6 problems in float64, torch {1e3 * torch_pass:.2f} ms in float32: {row['ceiling']:.1f}x at equal "
+              "iteration counts, the ceiling where passes are most of the cost", flush=True)
     if args.threads == 1:  # everything ran in this process: CPU time is comparable, and robust to a busy machine
         cpu = row["cpu"]
         print(f"  CPU time: torch {cpu['torch']:.2f} s, sklearn tol 1e-4 {cpu['sklearn']:.2f} s "
@@ -190,12 +234,14 @@ def scale_table(args) -> None:
         table.append(scale_row(store, what, args))
         del store
     print("\n| items × dims | groups × layers | torch method | torch | sklearn (tol 1e-4) | speed-up | "
-          "sklearn (tol 1e-6) | speed-up | max abs dF1 vs tol 1e-6: torch / sklearn 1e-4 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "sklearn (tol 1e-6) | speed-up | max abs dF1 vs tol 1e-6: torch / sklearn 1e-4 | passes per iteration, sklearn / torch |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for row in table:
+        ceiling = f"{row['ceiling']:.1f}x" if row["ceiling"] else "–"
         print(f"| {row['size']} | {row['groups']} × {row['layers']} | {row['method']} | {row['torch_s']:.2f} s | "
               f"{row['sklearn_s']:.2f} s | {row['ratio'].split(' ')[0]} | {row['converged_s']:.2f} s | "
-              f"{row['ratio_converged'].split(' ')[0]} | {row['df1_torch']:.4f} / {row['df1_sklearn']:.4f} |")
+              f"{row['ratio_converged'].split(' ')[0]} | {row['df1_torch']:.4f} / {row['df1_sklearn']:.4f} | "
+              f"{ceiling} |")
 
 
 def gpu_case(args) -> None:

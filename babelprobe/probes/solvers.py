@@ -291,29 +291,39 @@ class SharedFeatures:
     X [Lc, n, d]: the (centred) activations of all n rows at Lc layers, shared by the P problems of each
     layer; mean, scale [Lc, P, d]: each problem's standardisation. Vectors in the standardised space
     carry the intercept as their last coordinate ([Lc, P, d+1]); row vectors are [Lc, P, n], over all n
-    rows (the training masks weight them). `alive` lists the layers still being solved: the others are
-    skipped (their products come back as zeros), so layers that converged early cost nothing more.
+    rows (the training masks weight them). `active` [Lc, P] (a bool array on the host) says which
+    problems are still being solved: only their columns enter the products (the others come back as
+    zeros), so problems that converged early, e.g. the folds before the all-rows probe, cost nothing more.
     """
 
     def __init__(self, X: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor):
         self.X, self.mean, self.inv = X, mean, 1 / scale
         self.d = X.shape[-1]
 
-    def forward(self, V: torch.Tensor, alive: list[int]) -> torch.Tensor:
+    def forward(self, V: torch.Tensor, active: np.ndarray) -> torch.Tensor:
         """Z·v + b for every problem: [Lc, P, d+1] -> [Lc, P, n]."""
         u = V[..., : self.d] * self.inv  # the weights in (centred) raw units
         out = torch.zeros(*V.shape[:2], self.X.shape[1], dtype=V.dtype, device=V.device)
-        for j in alive:
-            out[j] = (self.X[j] @ u[j].T).T  # [n, d] @ [d, P]: the fast way round for few columns
+        for j, cols in _active_columns(active, V.device):
+            out[j, cols] = (self.X[j] @ u[j, cols].T).T  # [n, d] @ [d, P]: the fast way round for few columns
         return out - (u * self.mean).sum(-1, keepdim=True) + V[..., self.d:]
 
-    def backward(self, R: torch.Tensor, alive: list[int]) -> torch.Tensor:
+    def backward(self, R: torch.Tensor, active: np.ndarray) -> torch.Tensor:
         """(Zᵀr, Σr) for every problem: [Lc, P, n] -> [Lc, P, d+1]."""
         total = R.sum(-1, keepdim=True)
         XtR = torch.zeros(*R.shape[:2], self.d, dtype=R.dtype, device=R.device)
-        for j in alive:
-            XtR[j] = R[j] @ self.X[j]
+        for j, cols in _active_columns(active, R.device):
+            XtR[j, cols] = R[j, cols] @ self.X[j]
         return torch.cat([(XtR - self.mean * total) * self.inv, total], -1)
+
+
+def _active_columns(active: np.ndarray, device: torch.device):
+    """(layer, columns) for each layer with a problem still being solved: a slice when all are, else indices."""
+    for j, row in enumerate(active):
+        if row.all():
+            yield j, slice(None)
+        elif row.any():
+            yield j, torch.as_tensor(np.flatnonzero(row), device=device)
 
 
 def lbfgs(Z: SharedFeatures, y: torch.Tensor, s: torch.Tensor, C: torch.Tensor, *, tol: float,
@@ -344,25 +354,24 @@ def lbfgs(Z: SharedFeatures, y: torch.Tensor, s: torch.Tensor, C: torch.Tensor, 
     history_y, rho = torch.zeros_like(history_s), torch.zeros(memory, Lc, P, dtype=y.dtype, device=y.device)
     gamma = torch.ones(Lc, P, dtype=y.dtype, device=y.device)  # scale of the initial inverse Hessian
     threshold = tol * C * s.sum(-1)
-    layers = list(range(Lc))
-    g = Z.backward(Cs * (torch.sigmoid(f) - y), layers)
+    g = Z.backward(Cs * (torch.sigmoid(f) - y), np.ones((Lc, P), dtype=bool))
     active = torch.ones(Lc, P, dtype=torch.bool, device=y.device)
     n_iter = 0
     for n_iter in range(max_iter):  # noqa: B007 (returned after the loop)
         active &= g.abs().amax(-1) > threshold
-        alive = torch.nonzero(active.any(1)).flatten().tolist()
-        if not alive:
+        on_host = active.cpu().numpy()
+        if not on_host.any():
             break
         if n_iter == 0:
             gamma = 1 / g.norm(dim=-1).clamp_min(torch.finfo(y.dtype).tiny)  # a first step of unit length
         on = active.to(y.dtype)
         p = _two_loop(g, history_s, history_y, rho, gamma, n_iter, memory) * -on[..., None]
-        q = Z.forward(p, alive)
+        q = Z.forward(p, on_host)
         t = _line_minimum(f, q, y, Cs, (penalty * W * p).sum(-1), (penalty * p * p).sum(-1)) * on
         step = t[..., None] * p
         W = W + step
         f = f + t[..., None] * q
-        g_new = Z.backward(Cs * (torch.sigmoid(f) - y), alive) + penalty * W
+        g_new = Z.backward(Cs * (torch.sigmoid(f) - y), on_host) + penalty * W
         g_new = torch.where(active[..., None], g_new, g)
         change = g_new - g
         sy, yy = (step * change).sum(-1), (change * change).sum(-1)
