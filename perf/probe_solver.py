@@ -57,7 +57,7 @@ from timing import fastest, median_ratio, rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe.errors import BabelprobeError  # noqa: E402
 from babelprobe.probes import ArrayStore, sweep, synthetic_activations  # noqa: E402
-from babelprobe.probes.solvers import fit_predict  # noqa: E402
+from babelprobe.probes.solvers import fit_predict, single_threaded  # noqa: E402
 
 
 def sample_store(cache: Path, synthetic: bool, groups: int | None):
@@ -157,22 +157,11 @@ def pass_ceiling(store, problems: int = 6) -> tuple[float, float, float]:
     x32 = torch.as_tensor(X, dtype=torch.float32)
     u, r = torch.ones(problems, X.shape[1]), torch.ones(problems, len(X))
 
-    def best(fn):
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            sk = problems * (best(lambda: x64 @ w64) + best(lambda: r64 @ x64))
-            ours = best(lambda: x32 @ u.T) + best(lambda: r @ x32)
-    finally:
-        torch.set_num_threads(threads)
+    with single_threaded():
+        best = fastest(rounds({"sk_forward": lambda: x64 @ w64, "sk_backward": lambda: r64 @ x64,
+                               "forward": lambda: x32 @ u.T, "backward": lambda: r @ x32}, 5))
+    sk = problems * (best["sk_forward"][1] + best["sk_backward"][1])
+    ours = best["forward"][1] + best["backward"][1]
     return sk, ours, sk / ours
 
 

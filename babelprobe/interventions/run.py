@@ -272,9 +272,10 @@ def group_rows(lm: LoadedModel, items: pd.DataFrame, source: ProbeSource, plan: 
                     else:
                         after = _readouts(lm, items, pairs, layer, edit, settings, source.pool, [layer], batch_tokens)
                     states = after.get("states", {}).get(layer)
-                    refit = layer if method != "steer" and kind != "probe" else None
-                    after_probe = _probe_readout(probe, states, items, pairs, settings, refit=refit)
-                    if method != "steer" and kind == "probe" and "probe" in settings.readouts:
+                    erases = method != "steer"
+                    after_probe = _probe_readout(probe, states, items, pairs, settings,
+                                                 refit=layer if erases and kind != "probe" else None)
+                    if erases and kind == "probe" and after_probe:  # its own direction: cross-fitted
                         after_probe["refit"] = _crossfit_f1(X, items, settings, method, probe.C, alpha)
                     frame = _pair_frame(pairs, by, base, after, before, after_probe)
                     direction, _, draw = kind.partition("-")
