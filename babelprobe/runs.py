@@ -1,6 +1,10 @@
 """Run directories and resuming: the one contract of every command that writes results.
 
-Three pieces, one job each (docs/design.md "Runs"):
+Four pieces, one job each (docs/design.md "Runs"):
+
+- `LAYOUTS` - the one declaration of every kind of run directory: its manifest and the files a finished
+  run holds. Every reader asks it (`layout("compare").check(path)`, `detect(path)`), so a directory is
+  recognised, and refused with the same one-line error, in one place.
 
 - `open_run(out, identity)` - an output directory belongs to one identity (model fingerprint, item-set
   hash, benchmark, settings that change the numbers), recorded in a JSON manifest (`run.json`; `compare`
@@ -40,6 +44,64 @@ from babelprobe.tables import atomic_path, write_table
 
 CHUNK_PAIRS = 200  # units per chunk: what a Ctrl-C can cost, and large enough to fill a batch
 MANIFEST = "run.json"
+
+
+# --------------------------------------------------------------------------------------------- layouts
+
+@dataclass(frozen=True)
+class Layout:
+    """What a run directory of one kind holds: its JSON `manifest` (None: the kind has none), the `files`
+    every finished run has (the one written last marks completion), the `command` that makes it."""
+
+    kind: str
+    manifest: str | None
+    files: tuple[str, ...]
+    command: str
+
+    def finished(self, path: str | Path) -> bool:
+        return all((Path(path) / name).exists() for name in self.files)
+
+    def check(self, path: str | Path, flag: str = "") -> Path:
+        """`path` if it is a finished run of this kind, else a one-line error naming the first file it
+        lacks and the command that makes it (`flag`: the option that named the path, for the message)."""
+        path = Path(path)
+        where = f"{flag} {path}" if flag else str(path)
+        if not path.is_dir():
+            raise BabelprobeError(f"{where}: no such directory")
+        missing = next((name for name in self.files if not (path / name).exists()), None)
+        if missing is not None:
+            raise BabelprobeError(f"{where} is not a finished {self.kind} directory (no {missing}); run "
+                                  f"`{self.command}` into it first")
+        return path
+
+
+LAYOUTS: dict[str, Layout] = {layout.kind: layout for layout in (
+    Layout("compare", "compare.json", ("items.csv", "summary.csv", "layers.csv", "correlations.csv", "agreement.csv"),
+           "babelprobe compare"),
+    Layout("probe", None, ("neuro.csv",), "babelprobe probe --out DIR/neuro.csv"),
+    Layout("store", "manifest.json", ("manifest.json",), "babelprobe extract"),
+    Layout("intervene", "intervene.json", ("interventions.csv", "summary.csv", "sanity.csv"), "babelprobe intervene"),
+    Layout("lens", "lens.json", ("lens.csv", "curves.csv", "turns.csv", "pairs.csv"), "babelprobe lens"),
+    Layout("align", "align.json", ("curves.csv", "matrix.csv", "items.csv"), "babelprobe align"),
+    Layout("sweep", "sweep.json", ("summary.csv",), "babelprobe sweep"),
+    Layout("bench", MANIFEST, ("items.csv", "summary.csv"), "babelprobe bench NAME"),
+)}
+
+
+def layout(kind: str) -> Layout:
+    return LAYOUTS[kind]
+
+
+def detect(path: str | Path) -> Layout | None:
+    """The layout of the run directory `path` by its manifest (a probe directory: by its neuro.csv), or
+    None. Finished or not: `Layout.check` says."""
+    path = Path(path)
+    for candidate in LAYOUTS.values():
+        if candidate.manifest is not None and (path / candidate.manifest).exists():
+            return candidate
+    if (path / "neuro.csv").exists() or (path / "neuro.parquet").exists():
+        return LAYOUTS["probe"]
+    return None
 
 
 def partial_dir(out: str | Path) -> Path:

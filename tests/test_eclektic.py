@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from babelprobe.benchmarks import eclektic
-from babelprobe.benchmarks.base import Models, settings_for
+from babelprobe.benchmarks.base import Models, benchmark_settings
 from babelprobe.benchmarks.core.generate import local_generator
 from babelprobe.benchmarks.eclektic import (
     PROMPT_SETS,
@@ -213,14 +213,15 @@ def test_own_prompt_file_and_its_mistakes(tmp_path):
     ({"prompt_set": "closed-book", "answer_cut": "first-line"}, "closed-book", True),
 ])
 def test_default_prompt_and_cut_follow_the_answerer(values, prompt_set, cut):
-    settings = settings_for(eclektic, **values)
+    settings = benchmark_settings(eclektic, **values)
     assert (condition(settings), first_line(settings), settings.protocol) == (prompt_set, cut, "default")
 
 
 def test_paper_preset_and_setting_mistakes():
-    paper = settings_for(eclektic, "paper")
+    paper = benchmark_settings(eclektic, "paper")
     assert (paper.protocol, condition(paper), first_line(paper), paper.judge) == ("paper", "closed-book", False, "llm")
-    assert settings_for(eclektic, "paper", judge="llm:local").judge == "llm:local"  # explicit values win
+    with pytest.raises(BabelprobeError, match="--protocol paper runs --judge llm; drop --judge llm:local"):
+        benchmark_settings(eclektic, "paper", judge="llm:local")  # a flag never silently overrides the preset
     with pytest.raises(BabelprobeError, match="use match, llm or llm:SPEC"):
         Settings(judge="gemini")
     with pytest.raises(BabelprobeError, match="--chat-template applies to local generators"):

@@ -540,15 +540,16 @@ def test_cli_paper_protocol_on_the_sample(tmp_path, chat_dir, capsys):
     assert set(summary["protocol"]) == {"paper"} and set(summary["prompt_format"]) == {"chat"}
     assert "protocol paper" in capsys.readouterr().out
     # the same protocol answering by generation (the paper's robustness check), through the runner
-    from babelprobe.benchmarks.base import run_benchmark, settings_for
+    from babelprobe.benchmarks.base import benchmark_settings, run_benchmark
 
-    settings = settings_for(sr, "paper", inference="generation", generator="local")
+    # (a flag contradicting the preset is an error, so the paper's settings are spelled out)
+    settings = benchmark_settings(sr, **{**sr.PROTOCOLS["paper"], "inference": "generation"}, generator="local")
     result = run_benchmark("stingray", str(chat_dir), "stingray-sample", tmp_path / "generation", settings, limit=1,
                            progress=False)
     assert set(result.rows["method"]) == {"generation"} and set(result.rows["prompt_format"]) == {"chat"}
     assert {"response", "valid"} <= set(result.rows.columns) and "valid" in set(result.summary["metric"])
     assert (tmp_path / "generation" / "generations.jsonl").exists()
-    assert result.identity["protocol"] == "paper" and result.identity["inference"] == "generation"
+    assert result.identity["protocol"] == "default" and result.identity["inference"] == "generation"
 
 
 def test_cli_on_the_raw_csvs_reports_what_it_skipped(tmp_path, tiny_long_dir, capsys):

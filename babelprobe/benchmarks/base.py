@@ -4,9 +4,10 @@ NAME`, or `run_benchmark(NAME, ...)` in a notebook) and their outputs look alike
 A benchmark module (`stingray`, `eclektic`, `consistency`, `pitfalls`) defines
 
     NAME, TITLE      its command name and a one-line description
-    Settings         a dataclass of every option that changes the numbers, with defaults and `help`
-                     metadata; the CLI builds its flags from it and the run directory records it.
-                     `PROTOCOLS = {"paper": {...}}` (optional) names presets of field values.
+    Settings         a frozen dataclass of every option that changes the numbers, declared with
+                     `babelprobe.settings.option` (defaults and help); the CLI builds its flags from it
+                     and the run directory records it. `PROTOCOLS = {"paper": {...}}` (optional) names
+                     presets of field values; a flag that contradicts the chosen preset is an error.
     load(source, languages=None, limit=None) -> DataFrame   the benchmark's records; `source` is a
                      bundled set (declared in `babelprobe.bundled`), a file or directory, or a hub id
     run(data, models, settings, out=None, progress=True) -> DataFrame
@@ -39,18 +40,11 @@ import pandas as pd
 from babelprobe.errors import BabelprobeError
 from babelprobe.models import LoadedModel, load_model
 from babelprobe.runs import open_run
+from babelprobe.settings import settings_for, settings_record
 from babelprobe.tables import write_table
 
 BENCHMARKS = {name: f"babelprobe.benchmarks.{name}" for name in ("stingray", "eclektic", "consistency", "pitfalls")}
 ROWS, SUMMARY = "items.csv", "summary.csv"
-
-
-def option(default, help: str = "", **metadata):
-    """A `Settings` field: its default, the help text of its CLI flag and, optionally, `choices`,
-    `metavar`, `type` or `flag` (the flag's name when it is not the field's)."""
-    if isinstance(default, (list, dict, set)):
-        raise TypeError("Settings defaults must be immutable (use a tuple)")
-    return dataclasses.field(default=default, metadata={"help": help, **metadata})
 
 
 def benchmark(name: str) -> ModuleType:
@@ -101,26 +95,12 @@ def as_models(models: Models | LoadedModel | str) -> Models:
 
 # -------------------------------------------------------------------------------------------- settings
 
-def settings_for(module: ModuleType, protocol: str | None = None, **values):
-    """The module's `Settings` with a protocol preset applied (`protocol="paper"`), then `values` (which
-    win over the preset). The chosen protocol is recorded in `settings.protocol` when there is one."""
-    presets = getattr(module, "PROTOCOLS", {})
-    if protocol not in (None, "default") and protocol not in presets:
-        known = ", ".join(["default", *presets]) if presets else "default (this benchmark has no other)"
-        raise BabelprobeError(f"{module.NAME}: unknown --protocol {protocol!r}; use {known}")
-    fields = {f.name for f in dataclasses.fields(module.Settings)}
-    unknown = sorted(set(values) - fields)
-    if unknown:
-        raise BabelprobeError(f"{module.NAME}: unknown setting {unknown[0]!r}; settings: {', '.join(sorted(fields))}")
-    chosen = {**presets.get(protocol, {}), **values}
-    if "protocol" in fields:
-        chosen["protocol"] = protocol or "default"
-    return module.Settings(**chosen)
-
-
-def settings_record(settings) -> dict:
-    """The settings as plain JSON values (tuples as lists), for manifests and rows."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings).items()}
+def benchmark_settings(name_or_module, protocol: str | None = None, **values):
+    """The benchmark's `Settings` with its protocol preset (`protocol="paper"`, from the module's
+    `PROTOCOLS`) applied, then `values`; a value that contradicts the preset is an error naming both
+    (`babelprobe.settings.settings_for`)."""
+    module = benchmark(name_or_module) if isinstance(name_or_module, str) else name_or_module
+    return settings_for(module.Settings, protocol, getattr(module, "PROTOCOLS", {}), **values)
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -140,7 +120,7 @@ def run_benchmark(name: str, models: Models | LoadedModel | str, source: str | P
     into `out`. A rerun with the same model and settings reuses what the run keeps (it resumes);
     another model or other settings there are refused unless `overwrite`."""
     module = benchmark(name)
-    settings = settings if settings is not None else settings_for(module)
+    settings = settings if settings is not None else benchmark_settings(module)
     models = as_models(models)
     data = module.load(source, languages=languages, limit=limit)
     if hasattr(module, "check"):

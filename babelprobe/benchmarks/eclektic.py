@@ -67,7 +67,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from babelprobe.benchmarks.base import option
 from babelprobe.benchmarks.core.generate import (
     SPEC_HELP,
     Generator,
@@ -80,6 +79,7 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.items import read_records
 from babelprobe.languages import iso_codes, language_names
 from babelprobe.prompts import check_placeholders, placeholders, read_prompts
+from babelprobe.settings import option
 from babelprobe.stats import Z95, proportion
 
 NAME = "eclektic"
@@ -555,7 +555,7 @@ class Settings:
                                      "template; placeholders {question} {in_lang} {original_title} {original_context})")
     answer_cut: str = option("auto", choices=("auto", "none", "first-line"),
         help="keep the whole answer (none) or its first line; auto: the first line for the qa frame only")
-    max_new_tokens: int = option(256, help="answer length bound, in tokens")
+    max_new_tokens: int = option(256, budget=True, help="answer length bound, in tokens")
     judge: str = option("match", metavar="match|llm|llm:SPEC",
         help="match (babelprobe's normalised containment) or the paper's LLM judge with the App. A.2 prompt: llm "
         "(the answering model) or llm:SPEC (another generator)")

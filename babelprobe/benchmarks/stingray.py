@@ -62,7 +62,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from babelprobe.benchmarks.base import option
 from babelprobe.benchmarks.core.choices import option_scores
 from babelprobe.benchmarks.core.logprobs import REDUCTIONS
 from babelprobe.bundled import bundled_sets
@@ -71,6 +70,7 @@ from babelprobe.items import READERS, read_records
 from babelprobe.languages import iso_codes
 from babelprobe.models import LoadedModel, load_model
 from babelprobe.prompts import check_placeholders, read_prompts
+from babelprobe.settings import option
 from babelprobe.stats import wilson
 from babelprobe.tables import write_table
 
@@ -118,7 +118,7 @@ class Settings:
         choices=REDUCTIONS, help="likelihood: how an answer label's token log-probs are combined")
     generator: str = option("local", metavar="SPEC",
         help="generation: who answers ('local' = --model, or an OpenAI-compatible endpoint)")
-    max_new_tokens: int = option(3, help="generation: answer length in tokens (3 in the released code)")
+    max_new_tokens: int = option(3, budget=True, help="generation: answer length in tokens (3 in the released code)")
     prompts: str | None = option(None,
         metavar="FILE", help="prompt file instead of the released one (data/prompts/stingray.tsv)")
 

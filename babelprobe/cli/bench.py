@@ -3,20 +3,27 @@ Cross-Lingual Pitfalls) and `babelprobe bench pitfalls-search`, the Pitfalls wea
 
 One runner for every benchmark: its flags are built from the benchmark's `Settings` dataclass (see
 `babelprobe.benchmarks.base`), so a benchmark module never sees argparse. `--protocol paper` applies the
-benchmark's paper preset; flags given explicitly win over the preset.
+benchmark's paper preset; a flag that contradicts the preset is an error naming both.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import typing
 
 import numpy as np
 
-from babelprobe.benchmarks.base import BENCHMARKS, Models, benchmark, run_benchmark, settings_for
+from babelprobe.benchmarks.base import BENCHMARKS, Models, benchmark, run_benchmark
 from babelprobe.bundled import bundled_sets
-from babelprobe.cli.common import add_http_options, add_model_options, comma_list, http_options, load_options
+from babelprobe.cli.common import (
+    add_http_options,
+    add_model_options,
+    add_settings_options,
+    comma_list,
+    http_options,
+    load_options,
+    settings_from,
+)
 from babelprobe.errors import BabelprobeError
 
 
@@ -29,7 +36,8 @@ def register(sub) -> None:
         bench = names.add_parser(name, help=module.TITLE, description=module.TITLE)
         add_model_options(bench)
         add_source_options(bench, name)
-        add_settings_options(bench, module)
+        add_settings_options(bench, module.Settings, f"{name} settings (recorded in run.json)",
+                             presets=getattr(module, "PROTOCOLS", {}))
         add_runtime_options(bench)
         bench.set_defaults(func=run, benchmark_name=name)
     add_search_parser(names)
@@ -58,56 +66,6 @@ def add_runtime_options(parser) -> None:
     add_http_options(parser)
 
 
-def add_settings_options(parser, module) -> None:
-    """One flag per field of `module.Settings` (`--max-new-tokens` for `max_new_tokens`), plus
-    `--protocol` when the benchmark has presets. Defaults stay unset here, so `settings_for` can tell a
-    flag given explicitly (it wins) from the protocol preset and the dataclass default."""
-    group = parser.add_argument_group(f"{module.NAME} settings (recorded in run.json)")
-    presets = getattr(module, "PROTOCOLS", {})
-    for field in dataclasses.fields(module.Settings):
-        if field.name == "protocol":
-            group.add_argument("--protocol", choices=["default", *presets], default=argparse.SUPPRESS,
-                               help=field.metadata.get("help", "settings preset") + " (default: default)")
-            continue
-        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        flag = field.metadata.get("flag", "--" + field.name.replace("_", "-"))
-        shown = ",".join(default) if isinstance(default, tuple) else default
-        help_text = f"{field.metadata.get('help', '')} (default {shown})"
-        if isinstance(default, bool):
-            group.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                               help=help_text)
-            continue
-        kind = _flag_type(field, default)
-        group.add_argument(flag, dest=field.name, type=kind, default=argparse.SUPPRESS,
-                           choices=field.metadata.get("choices"), metavar=field.metadata.get("metavar"),
-                           help=help_text)
-
-
-def _flag_type(field, default):
-    if isinstance(default, tuple):
-        return lambda text: tuple(comma_list(text))
-    if field.metadata.get("type"):
-        return field.metadata["type"]
-    if default is None:
-        hinted = typing.get_args(field.type) if not isinstance(field.type, str) else ()
-        return next((t for t in hinted if t is not type(None)), str) if hinted else _from_annotation(field.type)
-    return type(default)
-
-
-def _from_annotation(annotation: str):
-    """`int | None` -> int, anything else -> str (annotations are strings under `from __future__`)."""
-    for name, kind in (("int", int), ("float", float)):
-        if annotation.replace(" ", "").startswith(name + "|") or annotation == name:
-            return kind
-    return str
-
-
-def settings_from(args, module):
-    fields = {f.name for f in dataclasses.fields(module.Settings)} - {"protocol"}
-    explicit = {name: getattr(args, name) for name in fields if hasattr(args, name)}
-    return settings_for(module, getattr(args, "protocol", None), **explicit)
-
-
 def models_from(args) -> Models:
     return Models(args.model, load_options=load_options(args), http=http_options(args), batch_size=args.batch_size,
                   batch_tokens=args.batch_tokens, progress=not args.no_progress)
@@ -117,7 +75,7 @@ def run(args) -> int:
     from babelprobe.analysis.benchmarks import plot_benchmark
 
     module = benchmark(args.benchmark_name)
-    settings = settings_from(args, module)
+    settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))
     result = run_benchmark(args.benchmark_name, models_from(args), args.items, args.out, settings,
                            languages=args.languages, limit=args.limit, overwrite=args.overwrite,
                            progress=not args.no_progress)
@@ -156,18 +114,9 @@ def add_search_parser(names) -> None:
                        help="further simulation models (model specs) besides --model")
     roles.add_argument("--reduction", default="per_byte", help="how simulation models combine a choice's token "
                        "log-probs (default per_byte)")
-    add_settings_options(search, _SearchModule(SearchSettings))
+    add_settings_options(search, SearchSettings, "pitfalls-search settings (recorded in the search's manifest)")
     add_runtime_options(search)
     search.set_defaults(func=run_search)
-
-
-class _SearchModule:
-    """`add_settings_options` reads NAME and Settings; the search's settings are `SearchSettings`."""
-
-    NAME = "pitfalls-search"
-
-    def __init__(self, settings):
-        self.Settings = settings
 
 
 def run_search(args) -> int:

@@ -1,11 +1,17 @@
-"""Options shared by several commands (`--model`, `--items`, ...) and the objects they build."""
+"""Options shared by several commands (`--model`, `--items`, ...), the flags of a settings dataclass
+(`add_settings_options`, `settings_from`), and the objects they build.
+
+Building the parser imports no model code, torch or matplotlib (`babelprobe --help` stays fast): what
+the options build (models, items) is imported when a command runs.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import typing
 
-from babelprobe.items import load_items
-from babelprobe.models import LoadedModel, load_model
+from babelprobe.settings import settings_for
 
 
 def add_model_options(parser: argparse.ArgumentParser, dtype_option: str = "--dtype") -> None:
@@ -40,6 +46,8 @@ def comma_list(text: str) -> list[str]:
 
 
 def items_from(args):
+    from babelprobe.items import load_items
+
     return load_items(args.items, languages=args.languages, subsets=args.subsets, limit=args.limit,
                       language=args.language)
 
@@ -68,5 +76,77 @@ def load_options(args) -> dict:
             "trust_remote_code": args.trust_remote_code}
 
 
-def model_from(args) -> LoadedModel:
+def model_from(args):
+    from babelprobe.models import load_model
+
     return load_model(args.model, **load_options(args))
+
+
+# -------------------------------------------------------------------------------- settings as flags
+
+def add_settings_options(parser, cls, title: str | None = None, presets: dict | None = None,
+                         skip: tuple[str, ...] = ()) -> None:
+    """One flag per field of the settings dataclass `cls` (`--max-new-tokens` for `max_new_tokens`; a
+    field's `flag` and `aliases` metadata rename it and add hidden old spellings), plus `--protocol` when
+    there are `presets` (default `cls.PROTOCOLS`). Defaults stay unset here, so `settings_from` can tell a
+    flag given explicitly from the protocol preset and the dataclass default. `skip`: fields without a flag."""
+    group = parser.add_argument_group(title or "settings (recorded in the run's manifest)")
+    presets = presets if presets is not None else getattr(cls, "PROTOCOLS", {}) or {}
+    for field in dataclasses.fields(cls):
+        if field.name in skip or not field.metadata.get("cli", True):
+            continue
+        if field.name == "protocol":
+            group.add_argument("--protocol", choices=list(dict.fromkeys(["default", *presets])),
+                               default=argparse.SUPPRESS,
+                               help=field.metadata.get("help", "settings preset") + " (default: default)")
+            continue
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        name = field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        help_text = field.metadata.get("help", "")
+        help_text = f"{help_text} (default {shown})" if shown not in (None, "") else help_text
+        common = dict(dest=field.name, default=argparse.SUPPRESS)
+        if isinstance(default, bool):
+            group.add_argument(name, action=argparse.BooleanOptionalAction, help=help_text, **common)
+        else:
+            kind = _flag_type(field, default)
+            group.add_argument(name, type=kind, choices=field.metadata.get("choices"),
+                               metavar=field.metadata.get("metavar"), help=help_text, **common)
+        for alias in field.metadata.get("aliases", ()):
+            if isinstance(default, bool):
+                group.add_argument(alias, action="store_true" if not alias.startswith("--no-") else "store_false",
+                                   help=argparse.SUPPRESS, **common)
+            else:
+                group.add_argument(alias, type=_flag_type(field, default), choices=field.metadata.get("choices"),
+                                   help=argparse.SUPPRESS, **common)
+
+
+def settings_from(args, cls, presets: dict | None = None, **extra):
+    """The settings of `cls` from the flags given (the rest: the protocol preset, then the defaults);
+    `extra` adds values that come from elsewhere (they count as given)."""
+    names = {f.name for f in dataclasses.fields(cls)} - {"protocol"}
+    given = {name: getattr(args, name) for name in names if hasattr(args, name)}
+    return settings_for(cls, getattr(args, "protocol", None), presets, **given, **extra)
+
+
+def _flag_type(field, default):
+    if field.metadata.get("type"):
+        return field.metadata["type"]
+    if isinstance(default, tuple):
+        return lambda text: tuple(comma_list(text))
+    if default is None or isinstance(field.type, str):
+        return _from_annotation(field.type) if isinstance(field.type, str) else \
+            next((t for t in typing.get_args(field.type) if t is not type(None)), str)
+    return type(default)
+
+
+def _from_annotation(annotation: str):
+    """`int | None` -> int, `float` -> float, `tuple[...]` -> a comma list, anything else -> str
+    (annotations are strings under `from __future__ import annotations`)."""
+    text = annotation.replace(" ", "")
+    if text.startswith("tuple"):
+        return lambda value: tuple(comma_list(value))
+    for name, kind in (("int", int), ("float", float)):
+        if text == name or text.startswith(name + "|") or text.endswith("|" + name):
+            return kind
+    return str

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from babelprobe.benchmarks.base import option
 from babelprobe.benchmarks.core.generate import SPEC_HELP
+from babelprobe.settings import option
 
 COMET_MODEL = "Unbabel/wmt22-comet-da"  # §3.3, footnote 4
 
@@ -48,8 +48,8 @@ class Settings:
     temperature: float = option(0.0,
         help="sampling temperature of translations and generated answers (0: greedy; the paper: 0.25)")
     seed: int = option(0, help="sampling seed (the rerun baseline uses seed + 1)")
-    max_new_tokens: int = option(96, help="bound on each translation/paraphrase, in tokens")
-    answer_tokens: int = option(8, help="bound on each generated answer, in tokens")
+    max_new_tokens: int = option(96, budget=True, help="bound on each translation/paraphrase, in tokens")
+    answer_tokens: int = option(8, budget=True, help="bound on each generated answer, in tokens")
     first_line: bool = option(True,
         help="keep only the first line of every translation and answer (stops generating there)")
     chat_template: bool = option(False,

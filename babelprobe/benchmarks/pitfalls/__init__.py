@@ -55,7 +55,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from babelprobe.benchmarks.base import option
 from babelprobe.benchmarks.core.choices import option_scores
 from babelprobe.benchmarks.core.generate import SPEC_HELP
 from babelprobe.benchmarks.core.logprobs import REDUCTIONS
@@ -65,6 +64,7 @@ from babelprobe.languages import codes_by_name, language_code, separator
 from babelprobe.models import LoadedModel, load_model
 from babelprobe.prompts import check_placeholders, read_prompts
 from babelprobe.runs import score_resumably
+from babelprobe.settings import option
 from babelprobe.stats import paired_bootstrap, wilson
 
 NAME = "pitfalls"
@@ -104,7 +104,7 @@ class Settings:
     generator: str = option("local", metavar="SPEC", help=f"generate: who answers: {SPEC_HELP}")
     extractor: str = option("generator", metavar="SPEC",
         help="generate: who extracts the chosen option from the answer ('generator': the same; the paper: gpt-4o-mini)")
-    max_new_tokens: int = option(1024, help="generate: longest answer or extraction (App. B.1: 1,024)")
+    max_new_tokens: int = option(1024, budget=True, help="generate: longest answer or extraction (App. B.1: 1,024)")
     chat_template: bool = option(False, help="generate with 'local': wrap each prompt in the model's chat template")
     templates: str | None = option(None, metavar="FILE",
         help="generate: prompt table TSV instead of the paper's App. E templates (data/prompts/pitfalls_paper.tsv)")
@@ -503,7 +503,8 @@ def run(data: pd.DataFrame, models, settings: Settings = Settings(), out: Path |
     kept in `out`, so an interrupted run resumes) or by the paper's protocol (generations kept in
     `out/generations.jsonl`). Writes `load-report.csv` (records read/normalised/skipped per language, and
     every skipped record with its reason) into `out`."""
-    from babelprobe.benchmarks.base import as_models, settings_record
+    from babelprobe.benchmarks.base import as_models
+    from babelprobe.settings import settings_record
     from babelprobe.tables import write_table
 
     models = as_models(models)

@@ -63,7 +63,6 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from babelprobe.benchmarks.base import option
 from babelprobe.benchmarks.pitfalls import (
     format_choices,
     format_prompt,
@@ -75,6 +74,7 @@ from babelprobe.benchmarks.pitfalls import (
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import language_code, separator
 from babelprobe.models import LoadedModel
+from babelprobe.settings import option
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class SearchSettings:
     english_min: float = option(1.0,
         help="1 − ε: English accuracy a question must keep (released code: every model right)")
     batch_size: int = option(4, flag="--seeds-per-batch", help="W: seed questions searched together")
-    max_new_tokens: int = option(1024, help="longest perturbation, translation or check (App. B.1: 1,024)")
+    max_new_tokens: int = option(1024, budget=True, help="longest perturbation, translation or check (App. B.1: 1,024)")
     perturb_temperature: float = option(0.7, help="sampling temperature of the perturber (App. B.1: 0.7)")
     seed: int = option(0, help="sampling seed of the perturber")
     similarity: str = option("none", metavar="SPEC",

@@ -1,0 +1,152 @@
+"""Settings declared once: the options of a command that change its numbers, as a frozen dataclass.
+
+Every command (`extract`, `probe`, `compare`, `intervene`, `lens`, `align`, `sweep`, each benchmark)
+declares its settings the same way:
+
+    @dataclass(frozen=True)
+    class Settings:
+        folds: int = option(5, "number of cross-validation folds", metavar="K")
+        fold_scheme: str = option("grouped", "grouped or plain folds", choices=("grouped", "plain"))
+
+        def __post_init__(self):
+            at_least(self, "folds", 2)            # one-line errors that name the flag
+
+and the rest follows from the declaration:
+
+- the CLI makes one flag per field (`babelprobe.cli.common.add_settings_options`: `--fold-scheme` for
+  `fold_scheme`, the help text, choices; booleans as `--x/--no-x`; tuples as comma lists; old spellings
+  as hidden aliases);
+- `settings_for(Settings, protocol, presets, **values)` applies a protocol preset and then the values
+  given; a value that contradicts the preset is an error naming both (`--protocol paper` always means
+  the paper's settings), everywhere;
+- `settings_record(settings)` is the JSON the run manifest records;
+- notebooks pass the same values as keyword arguments (`bp.probe(store, folds=3)`), checked the same way.
+
+Options that change only speed or output (device, threads, progress bars) are not settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from babelprobe.errors import BabelprobeError
+
+
+def option(default, help: str = "", **metadata):
+    """A settings field: its default, the help text of its flag and, optionally, `choices`, `metavar`,
+    `type` (the flag's parser), `flag` (the flag's name when it is not the field's), `aliases` (old
+    spellings accepted but not shown), `cli=False` (no flag: set from code only) or `budget=True`: a
+    length cap (e.g. `max_new_tokens`) that may be set below a protocol's value without contradicting
+    it; the run records the value used, so a capped run never passes for the uncapped one."""
+    if isinstance(default, (list, dict, set)):
+        raise TypeError("settings defaults must be immutable (use a tuple)")
+    return dataclasses.field(default=default, metadata={"help": help, **metadata})
+
+
+def flag(settings_or_class, name: str) -> str:
+    """The command-line flag of field `name` (`--max-new-tokens` for `max_new_tokens`)."""
+    cls = settings_or_class if isinstance(settings_or_class, type) else type(settings_or_class)
+    for field in dataclasses.fields(cls):
+        if field.name == name:
+            return field.metadata.get("flag", "--" + name.replace("_", "-"))
+    return "--" + name.replace("_", "-")
+
+
+def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping] | None = None, **values):
+    """`cls` (a settings dataclass) with the `protocol` preset applied, then `values`.
+
+    `presets` maps protocol names to field values (default: `cls.PROTOCOLS` if it has one). A value given
+    that differs from the preset's is an error naming both, so results recorded as made under a protocol
+    always ran it (a `budget` field excepted: a cap may be lowered, and is recorded). Values of None are
+    taken as not given. The chosen protocol is stored in the field
+    `protocol` when `cls` has one."""
+    presets = dict(presets if presets is not None else getattr(cls, "PROTOCOLS", {}) or {})
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = set(fields)
+    protocol = protocol or "default"
+    if protocol != "default" and protocol not in presets:
+        known = ", ".join(["default", *(p for p in presets if p != "default")])
+        raise BabelprobeError(f"unknown --protocol {protocol!r}; use {known}")
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise BabelprobeError(f"unknown setting {unknown[0]!r}; settings: {', '.join(sorted(names))}")
+    preset = dict(presets.get(protocol, {}))
+    chosen = {k: v for k, v in preset.items() if k in names}
+    for name, value in values.items():
+        if value is None:
+            continue
+        budget = fields[name].metadata.get("budget", False)
+        if protocol != "default" and name in preset and not budget and not _same(value, preset[name]):
+            option_flag = flag(cls, name)
+            raise BabelprobeError(f"--protocol {protocol} runs {option_flag} {_shown(preset[name])}; drop "
+                                  f"{option_flag} {_shown(value)} or the --protocol")
+        chosen[name] = value
+    if "protocol" in names:
+        chosen["protocol"] = protocol
+    return cls(**chosen)
+
+
+def settings_record(settings) -> dict:
+    """The settings as plain JSON values (tuples as lists), for manifests and rows."""
+    return {k: _plain(v) for k, v in dataclasses.asdict(settings).items()}
+
+
+def _plain(value):
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return [str(x) for x in _as_tuple(a)] == [str(x) for x in _as_tuple(b)]
+    return str(a) == str(b)
+
+
+def _as_tuple(value) -> tuple:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+# ------------------------------------------------------------------------- checks for __post_init__
+
+def at_least(settings, name: str, minimum, allow_none: bool = False) -> None:
+    """One-line error naming the flag when field `name` is below `minimum`."""
+    value = getattr(settings, name)
+    if value is None and allow_none:
+        return
+    if value is None or value < minimum:
+        raise BabelprobeError(f"{flag(settings, name)} must be at least {minimum}, got {value}")
+
+
+def one_of(settings, name: str, choices, allow_none: bool = False) -> None:
+    """One-line error naming the flag when field `name` is not one of `choices`."""
+    value = getattr(settings, name)
+    if value is None and allow_none:
+        return
+    if value not in choices:
+        raise BabelprobeError(f"{flag(settings, name)}: unknown value {value!r}; use {', '.join(map(str, choices))}")
+
+
+def each_of(settings, name: str, choices) -> None:
+    """One-line error naming the flag when a member of tuple field `name` is not one of `choices` (or
+    the tuple is empty)."""
+    values = getattr(settings, name)
+    bad = [v for v in values if v not in choices]
+    if bad or not values:
+        raise BabelprobeError(f"{flag(settings, name)}: unknown value {bad[0] if bad else ''!r}; use "
+                              f"{', '.join(map(str, choices))} (or a comma-separated list)")
+
+
+def as_tuple(value) -> tuple:
+    """A comma-separated string, a list or a tuple as a tuple of stripped strings (for tuple fields
+    set from code: `methods="ablate,steer"`)."""
+    return _as_tuple(value)
