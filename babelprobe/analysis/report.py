@@ -21,6 +21,7 @@ results made otherwise.
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,15 @@ from babelprobe.analysis import figures, methods, peaks, xcomps
 from babelprobe.analysis.style import save
 from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
+from babelprobe.runs import detect
 from babelprobe.tables import atomic_path, read_table, write_table
 
 PROBE_NAMES = ("neuro.csv", "neuro.parquet")
+
+# The report of every other kind of run directory (`runs.LAYOUTS`), by kind: "module:function", the
+# function called as `function(path, out, n_boot=..., seed=...) -> Report` (its own figures, tables and
+# report.md). compare and probe directories are reported here.
+REPORTS: dict[str, str] = {}
 
 
 @dataclass
@@ -346,6 +353,14 @@ def write_report(results: str | Path | Results, out: str | Path, *, transfer: st
     if x not in ("layer", "relative_depth"):
         raise BabelprobeError(f"x must be 'layer' or 'relative_depth', got {x!r}")
     if not isinstance(results, Results):
+        kind = detect(results)
+        if kind is not None and kind.kind in REPORTS:
+            if other is not None or protocol is not None or transfer is not None:
+                raise BabelprobeError(f"{results} is a {kind.kind} directory: --other, --protocol and --transfer "
+                                      "apply to compare and probe results")
+            module, _, function = REPORTS[kind.kind].partition(":")
+            report_of = getattr(importlib.import_module(module), function)
+            return report_of(kind.check(results, "--results"), Path(out), n_boot=n_boot, seed=seed)
         results = load_results(results, transfer)
     if other is not None:
         attach_other(results, other)
