@@ -32,7 +32,8 @@ from babelprobe.analysis import figures, methods, peaks, xcomps
 from babelprobe.analysis.style import save
 from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
-from babelprobe.runs import detect
+from babelprobe.probes.settings import DESCRIPTIONS
+from babelprobe.runs import LAYOUTS, detect
 from babelprobe.tables import atomic_path, read_table, write_table
 
 PROBE_NAMES = ("neuro.csv", "neuro.parquet")
@@ -40,7 +41,10 @@ PROBE_NAMES = ("neuro.csv", "neuro.parquet")
 # The report of every other kind of run directory (`runs.LAYOUTS`), by kind: "module:function", the
 # function called as `function(path, out, n_boot=..., seed=...) -> Report` (its own figures, tables and
 # report.md). compare and probe directories are reported here.
-REPORTS: dict[str, str] = {}
+REPORTS: dict[str, str] = {
+    "lens": "babelprobe.analysis.latent:report_lens",
+    "align": "babelprobe.analysis.latent:report_align",
+}
 
 
 @dataclass
@@ -100,7 +104,7 @@ def load_results(path: str | Path, transfer: str | Path | None = None) -> Result
 
 def attach_other(results: Results, other: str | Path | Results) -> Results:
     """`results` with a second model's compare directory on the same items attached (for Figs. 9 and 13)."""
-    other = other if isinstance(other, Results) else load_results(other)
+    other = other if isinstance(other, Results) else load_results(LAYOUTS["compare"].check(other, "--other"))
     for which in (results, other):
         if which.summary is None or which.probe is None:
             raise BabelprobeError(f"{which.path} is not a finished compare directory (summary.csv and neuro.csv); "
@@ -365,7 +369,7 @@ def write_report(results: str | Path | Results, out: str | Path, *, transfer: st
     if other is not None:
         attach_other(results, other)
     if protocol is not None and results.protocol != protocol:
-        made = xcomps.DESCRIPTIONS.get(results.protocol, results.protocol)
+        made = DESCRIPTIONS.get(results.protocol, results.protocol)
         raise BabelprobeError(f"{results.path} was made with protocol {results.protocol!r} ({made}), not "
                               f"{protocol!r}; rerun `babelprobe compare ... --protocol {protocol}` or drop --protocol")
     out = Path(out)
@@ -445,7 +449,7 @@ def _xcomps_markdown(results: Results, tables: dict, report: Report) -> list[str
         rows.append({"paper": "Table 5 style", "babelprobe": "xcomps_table5.csv (long: xcomps_typology_means.csv)"})
     parts = ["## XCOMPS as published (He, Nie et al. 2025)",
              f"Protocol of these results: **{results.protocol}** — "
-             f"{xcomps.DESCRIPTIONS.get(results.protocol, 'not one of the presets')}. Meta and direct: pair "
+             f"{DESCRIPTIONS.get(results.protocol, 'not one of the presets')}. Meta and direct: pair "
              "accuracy; neuro: the probe's fold-averaged F1 at its best layer (max over layers).",
              _md(pd.DataFrame(rows)),
              "**Table 4 style**: each method per language × negative type (English, not in XCOMPS Table 3, first).",
@@ -479,7 +483,7 @@ def _provenance(results: Results) -> str:
     if compare:
         lines.append(f"- model: `{compare.get('model')}` (fingerprint `{str(compare.get('fingerprint'))[:16]}`), "
                      f"items hash `{str(compare.get('items_hash'))[:16]}`")
-    lines.append(f"- protocol: {results.protocol} ({xcomps.DESCRIPTIONS.get(results.protocol, 'not a preset')})")
+    lines.append(f"- protocol: {results.protocol} ({DESCRIPTIONS.get(results.protocol, 'not a preset')})")
     if results.other is not None:
         lines.append(f"- second model (Figs. 9, 13): `{_model_name(results.other)}` from {results.other.path}")
     probe = results.info.get("probe", {})
