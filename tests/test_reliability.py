@@ -11,7 +11,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
