@@ -2,7 +2,8 @@
 a run writes, items.csv and summary.csv, were frozen from the code as it was before the seed benchmarks
 were split into modules (the commit "golden files of the bundled benchmark samples before the split"), so
 a change of layout that moves any number fails here. Numbers (also inside JSON score lists) are compared
-to 1e-6, everything else exactly; the columns and their order too.
+to 1e-6, everything else exactly; the columns of items.csv in their order, those of summary.csv by name
+(the shared `metric_row` puts them in the contract's order, which the split changed for three benchmarks).
 
 Regenerate only when a number is meant to change, in a commit that says why:
     BABELPROBE_WRITE_GOLDEN=1 pytest tests/test_benchmark_golden.py [-m slow]
@@ -30,7 +31,7 @@ WRITE = os.environ.get("BABELPROBE_WRITE_GOLDEN") == "1"
 # answers or greedy generation; short generations keep the CPU time small.
 TINY = {
     "stingray-tiny": ("stingray", "stingray-sample", {}, None, None),
-    "stingray-generation-tiny": ("stingray", "stingray-sample", {"inference": "generation", "max_new_tokens": 3},
+    "stingray-generation-tiny": ("stingray", "stingray-sample", {"answer": "generate", "max_new_tokens": 3},
                                  None, 2),
     "eclektic-tiny": ("eclektic", "eclektic-sample", {"generator": "local", "max_new_tokens": 6}, None, None),
     "consistency-tiny": ("consistency", "consistency-sample", {"max_new_tokens": 8}, ["de", "zh"], 3),
@@ -52,7 +53,7 @@ def settings_of(name: str, values: dict):
 def run_case(case: tuple, lm, out: Path) -> Path:
     name, source, values, languages, limit = case
     bp.run_benchmark(name, lm, source, out, settings_of(name, values), languages=languages, limit=limit,
-                     progress=False)
+                     progress=False, figures=False)
     return out
 
 
@@ -64,11 +65,14 @@ def check_case(case_name: str, out: Path) -> None:
             shutil.copyfile(out / table, folder / table)
         return
     for table in TABLES:
-        assert_same_table(pd.read_csv(out / table), pd.read_csv(folder / table), f"{case_name}/{table}")
+        assert_same_table(pd.read_csv(out / table), pd.read_csv(folder / table), f"{case_name}/{table}",
+                          ordered=table == "items.csv")
 
 
-def assert_same_table(new: pd.DataFrame, golden: pd.DataFrame, where: str) -> None:
-    assert list(new.columns) == list(golden.columns), where
+def assert_same_table(new: pd.DataFrame, golden: pd.DataFrame, where: str, ordered: bool = True) -> None:
+    if ordered:
+        assert list(new.columns) == list(golden.columns), where
+    assert sorted(new.columns) == sorted(golden.columns), where
     assert len(new) == len(golden), where
     for column in golden.columns:
         a, b = new[column], golden[column]

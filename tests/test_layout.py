@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "babelprobe"
 
 # Lowest first. A module may import its own layer and the layers before it.
 LAYERS = [
-    ("basics", ["errors", "settings", "tables", "bundled", "languages", "stats", "prompts"]),
+    ("basics", ["errors", "lazy", "settings", "tables", "bundled", "languages", "stats", "prompts"]),
     ("items, models", ["items", "models"]),
     ("runs", ["runs"]),
     ("extract", ["extract"]),

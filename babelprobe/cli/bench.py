@@ -1,9 +1,11 @@
 """`babelprobe bench NAME`: run a seed benchmark (StingrayBench, ECLeKTiC, multilingual self-consistency,
 Cross-Lingual Pitfalls) and `babelprobe bench pitfalls-search`, the Pitfalls weakness search.
 
-One runner for every benchmark: its flags are built from the benchmark's `Settings` dataclass (see
-`babelprobe.benchmarks.base`), so a benchmark module never sees argparse. `--protocol paper` applies the
-benchmark's paper preset; a flag that contradicts the preset is an error naming both.
+One runner for every benchmark (`bp.run_benchmark`: items.csv, summary.csv, run.json and the figure): its
+flags are built from the benchmark's `Settings` dataclass (see `babelprobe.benchmarks.base`), so a
+benchmark module never sees argparse. `--protocol paper` applies the benchmark's paper preset; a flag that
+contradicts the preset is an error naming both. Building the parser reads each benchmark's settings
+only: no torch, transformers or matplotlib until a command runs.
 """
 
 from __future__ import annotations
@@ -11,9 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
-
-from babelprobe.benchmarks.base import BENCHMARKS, Models, benchmark, run_benchmark
+from babelprobe.benchmarks.base import BENCHMARKS, benchmark
 from babelprobe.bundled import bundled_sets
 from babelprobe.cli.common import (
     add_http_options,
@@ -66,33 +66,33 @@ def add_runtime_options(parser) -> None:
     add_http_options(parser)
 
 
-def models_from(args) -> Models:
+def models_from(args):
+    from babelprobe.benchmarks.base import Models
+
     return Models(args.model, load_options=load_options(args), http=http_options(args), batch_size=args.batch_size,
                   batch_tokens=args.batch_tokens, progress=not args.no_progress)
 
 
 def run(args) -> int:
-    from babelprobe.analysis.benchmarks import plot_benchmark
+    from babelprobe.analysis.benchmarks import run_benchmark
 
     module = benchmark(args.benchmark_name)
     settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))
     result = run_benchmark(args.benchmark_name, models_from(args), args.items, args.out, settings,
                            languages=args.languages, limit=args.limit, overwrite=args.overwrite,
                            progress=not args.no_progress)
-    figures = plot_benchmark(args.benchmark_name, result.summary, result.out / args.benchmark_name,
-                             model=result.identity["model"], source=args.items)
     protocol = f", protocol {settings.protocol}" if hasattr(settings, "protocol") else ""
     print(f"{module.TITLE.split(':')[0]} ({args.items}), {result.identity['model']}{protocol}:")
     print(module.format_summary(result.summary))
     print(f"wrote {len(result.rows)} rows to {result.out / 'items.csv'}, {result.out / 'summary.csv'}, "
-          f"{figures[-1] if figures else '(no figure)'}")
+          f"{result.figures[-1] if result.figures else '(no figure)'}")
     return 0
 
 
 # ------------------------------------------------------------------------------------- pitfalls-search
 
 def add_search_parser(names) -> None:
-    from babelprobe.benchmarks.pitfalls.search import SearchSettings
+    from babelprobe.benchmarks.pitfalls.settings import SearchSettings
 
     search = names.add_parser(
         "pitfalls-search", help="Cross-Lingual Pitfalls: beam search for questions a model fails only in the "
@@ -120,6 +120,8 @@ def add_search_parser(names) -> None:
 
 
 def run_search(args) -> int:
+    import numpy as np
+
     from babelprobe.benchmarks.pitfalls.search import SearchSettings, search_languages
 
     if not args.languages:
