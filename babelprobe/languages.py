@@ -28,6 +28,23 @@ def iso_codes() -> frozenset[str]:
 
 
 @cache
+def bridge_configs() -> pd.DataFrame:
+    """The configs of the MultiBLiMP and Belebele releases (data/bridges/configs.csv): `dataset`, `config`
+    (ISO 639-3, Belebele with its script: `deu_Latn`), the `language` code babelprobe gives their items
+    (ISO 639-1 where the language or, for a macrolanguage's standard variety, the macrolanguage has one,
+    else ISO 639-3; a script suffix where Belebele has the language in a second script: `hi-Latn`) and
+    MultiBLiMP's English `name`."""
+    return pd.read_csv(DATA / "bridges" / "configs.csv", keep_default_na=False, dtype=str)
+
+
+@cache
+def language_codes() -> frozenset[str]:
+    """Codes an item's language may have: ISO 639-1, and ISO 639-3 for the languages of the bridged
+    benchmarks that have no 639-1 code (MultiBLiMP's `aln`, Belebele's `acm`, ...)."""
+    return iso_codes() | frozenset(code for code in bridge_configs()["language"] if len(code) == 3)
+
+
+@cache
 def language_names() -> dict[str, str]:
     """English name of every ISO 639-1 code (`de` -> German), for prompts that name a language."""
     table = pd.read_csv(DATA / "iso639_1.csv", keep_default_na=False, dtype=str)

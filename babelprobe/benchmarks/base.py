@@ -44,6 +44,8 @@ from babelprobe.settings import settings_for, settings_record
 from babelprobe.tables import write_table
 
 BENCHMARKS = {name: f"babelprobe.benchmarks.{name}" for name in ("stingray", "eclektic", "consistency", "pitfalls")}
+# the benchmark bridges (benchmarks/bridges): released data sets scored as lm-evaluation-harness scores them
+BENCHMARKS.update({name: f"babelprobe.benchmarks.bridges.{name}" for name in ("multiblimp", "belebele", "xnli", "pawsx")})
 ROWS, SUMMARY = "items.csv", "summary.csv"
 
 
