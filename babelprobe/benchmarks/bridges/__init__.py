@@ -133,6 +133,10 @@ def load(release: Release, source: str | Path, languages: list[str] | None = Non
         raise BabelprobeError(f"{source}: no {release.title} record can be scored ({len(skipped)} skipped{first})")
     if limit is not None:
         questions = questions.groupby("language", sort=False).head(limit)
+    twice = questions[questions.duplicated(["config", "id"], keep=False)]
+    if len(twice):
+        raise BabelprobeError(f"{release.title} record {twice['id'].iloc[0]!r} of {twice['config'].iloc[0]} appears twice "
+                              f"({twice['_source'].iloc[0]} and {twice['_source'].iloc[1]}); give one file per config")
     items = options(release, questions)
     items.attrs.update(read=dict(read), skipped=skipped)
     if report:
@@ -187,6 +191,7 @@ def _read_hub(release: Release, spec: str, wanted: set[str]) -> list[tuple[str, 
     return out
 
 
+PREFERRED = (".tsv", ".jsonl", ".parquet", ".json", ".csv")
 GENERIC_STEMS = re.compile(r"^(data|train|test|dev|validation|.*[-_](train|test|dev|validation)|"
                            r"(train|test|dev|validation)[-_].*|test_2k|dev_2k)$")
 
@@ -200,6 +205,10 @@ def _read_local(release: Release, path: Path) -> list[tuple[str, pd.DataFrame]]:
         files = of_split or files
         if not files:
             raise BabelprobeError(f"directory {path} has no {', '.join(READERS)} files")
+        chosen = {}  # one format per file name (XNLI-1.0 ships xnli.dev.tsv and xnli.dev.jsonl)
+        for file in sorted(files, key=lambda p: PREFERRED.index(p.suffix)):
+            chosen.setdefault(file.with_suffix(""), file)
+        files = sorted(chosen.values())
     out = []
     for file in files:
         frame = release.read_tsv(file) if file.suffix == ".tsv" and release.read_tsv else read_records(file)
