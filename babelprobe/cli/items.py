@@ -6,7 +6,6 @@ from __future__ import annotations
 from babelprobe.benchmarks.bridges import BRIDGES
 from babelprobe.bundled import BUNDLED
 from babelprobe.cli.common import add_items_options, comma_list, items_from
-from babelprobe.items import load_items
 
 
 def register(sub) -> None:
@@ -17,7 +16,7 @@ def register(sub) -> None:
     show.add_argument("source", metavar="NAME|PATH",
                       help="bundled set, item file or directory (released COMPS/XCOMPS layouts too), or hf:ORG/NAME")
     show.add_argument("--rows", type=int, default=8, help="number of rows to print (default 8)")
-    add_items_options(show)
+    add_items_options(show, items=False)
     show.set_defaults(func=run_show)
     convert = verbs.add_parser("convert", help="a benchmark's release (multiblimp, belebele, xnli, pawsx) as items, "
                                "one per answer option (docs/datasets.md)")
@@ -44,6 +43,7 @@ def run_convert(args) -> int:
 
 def run_list(args) -> int:
     from babelprobe.benchmarks.base import benchmark
+    from babelprobe.items import load_items
 
     rows = [("name", "used by", "records", "languages", "description")]
     for name, bundled in BUNDLED.items():
