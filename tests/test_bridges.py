@@ -1,7 +1,7 @@
 """The benchmark bridges (MultiBLiMP, Belebele, XNLI, PAWS-X): the harness's metrics on a hand case, its
 templates as literal strings, its own scorer (lm-evaluation-harness's HFLM on a tiny model) against
 babelprobe's on the fixtures in tests/data/bridges, the items through `compare`'s reader, and the bad
-inputs of docs/reliability.md (rows 26-29) through the command line."""
+inputs of docs/reliability.md (rows 40-43) through the command line."""
 
 from __future__ import annotations
 
@@ -306,7 +306,7 @@ def fails(argv: list, capsys, *needles: str) -> str:
     return lines[0]
 
 
-def test_26_unknown_multiblimp_config(tmp_path, capsys):
+def test_40_unknown_multiblimp_config(tmp_path, capsys):
     fails(["items", "convert", "multiblimp", "hf:jumelet/multiblimp:xyz", "--out", tmp_path / "mb.jsonl"], capsys,
           "no MultiBLiMP config 'xyz'; available: abk, aln, ")
     folder = tmp_path / "xyz"
@@ -317,7 +317,7 @@ def test_26_unknown_multiblimp_config(tmp_path, capsys):
     assert not (tmp_path / "mb.jsonl").exists() and not (tmp_path / "run").exists()
 
 
-def test_27_missing_column_is_named(tmp_path, capsys):
+def test_41_missing_column_is_named(tmp_path, capsys):
     frame = pd.read_csv(DATA / "multiblimp" / "eng" / "data.tsv", sep="\t").drop(columns="wrong_sen")
     (tmp_path / "eng").mkdir()
     frame.to_csv(tmp_path / "eng" / "data.tsv", sep="\t")
@@ -326,7 +326,7 @@ def test_27_missing_column_is_named(tmp_path, capsys):
     assert not (tmp_path / "mb.jsonl").exists()
 
 
-def test_28_correct_answer_outside_one_to_four(tmp_path, capsys):
+def test_42_correct_answer_outside_one_to_four(tmp_path, capsys):
     rows = [json.loads(line) for line in (DATA / "belebele" / "eng_Latn.jsonl").read_text("utf-8").splitlines()]
     rows[1]["correct_answer_num"] = "5"
     (tmp_path / "eng_Latn.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
@@ -335,7 +335,7 @@ def test_28_correct_answer_outside_one_to_four(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_29_empty_sentences_are_skipped_counted_and_reported(tmp_path, capsys):
+def test_43_empty_sentences_are_skipped_counted_and_reported(tmp_path, capsys):
     out = tmp_path / "px.jsonl"
     assert main(["items", "convert", "pawsx", str(DATA / "pawsx"), "--out", str(out)]) == 0
     err = capsys.readouterr().err
