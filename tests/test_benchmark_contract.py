@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 import babelprobe as bp
+from babelprobe.benchmarks import bridges
 from babelprobe.benchmarks.base import (
     BENCHMARKS,
     CONTRACT,
@@ -97,7 +98,8 @@ def test_flags_build_from_the_settings(name, capsys):
     # the CLI vocabulary (docs/design.md "Benchmarks"): ECLeKTiC only generates, so it has no --answer
     fields = {f.name for f in dataclasses.fields(benchmark(name).Settings)}
     assert "--answer {likelihood,generate}" in shown or "answer" not in fields
-    assert "--chat-template [{off,auto,on}]" in shown
+    # the bridges score as lm-evaluation-harness does by default: plain text, likelihood only
+    assert "--chat-template [{off,auto,on}]" in shown or name in bridges.BRIDGES
 
 
 def bp_main(argv):
@@ -123,8 +125,17 @@ def test_bench_help_imports_neither_torch_nor_matplotlib(name):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.fixture(scope="module")
+def tiny_wide():
+    """The tiny model with room for a Belebele passage, byte-level tokenised (Hindi: ~900 tokens)."""
+    from tests.tiny import tiny_lm
+
+    return tiny_lm("llama", max_positions=2048)
+
+
 @pytest.mark.parametrize("name", NAMES)
-def test_run_benchmark_on_the_bundled_sample_writes_rows_summary_manifest_and_figure(name, tiny_long, tmp_path):
+def test_run_benchmark_on_the_bundled_sample_writes_rows_summary_manifest_and_figure(name, tiny_wide, tmp_path):
+    tiny_long = tiny_wide
     module = benchmark(name)
     out = tmp_path / name
     sample = next(iter(bundled_sets(name)))

@@ -1,7 +1,8 @@
 """The seed benchmarks at the analysis layer: `run_benchmark`, the one runner of every benchmark (its
 tables, run.json and figure), and the figures, in the house style (`analysis.style`): the stingray plot
 (StingrayBench), the source × target heatmaps (ECLeKTiC), consistency by condition (self-consistency),
-English vs target accuracy and the Relative Affinity heatmap (Cross-Lingual Pitfalls).
+English vs target accuracy and the Relative Affinity heatmap (Cross-Lingual Pitfalls); for the benchmark
+bridges (MultiBLiMP, Belebele, XNLI, PAWS-X) `bridge_accuracy` and `bridge_norm_gap`.
 
 The runner lives here, above `benchmarks/`, because it draws (docs/design.md "Layers"); the contract it
 runs is `babelprobe.benchmarks.base`. `plot_benchmark(name, summary, path)` draws a benchmark's figure
@@ -18,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, save
-from babelprobe.benchmarks import eclektic, pitfalls, stingray
+from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
 from babelprobe.benchmarks.base import Models, as_models, benchmark, benchmark_settings
 from babelprobe.models import LoadedModel
 from babelprobe.runs import open_run
@@ -82,6 +83,8 @@ def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: st
         return plot_eclektic(summary, path, title=f"ECLeKTic: {model}")
     if name == "consistency":
         return plot_consistency(summary, path, title=f"self-consistency: {model}")
+    if name in bridges.BRIDGES:
+        return plot_bridge(summary, path, title=f"{name}: {model}")
     if name == "pitfalls":
         names = list(dict.fromkeys(pitfalls.wide(summary)["target_name"]))
         paper = {n: pitfalls.load_paper_results(source, n) for n in names} if source is not None else {}
@@ -424,3 +427,58 @@ def _bars_for(ours: pd.DataFrame, paper: pd.DataFrame | None, model_name: str) -
                 "en_accuracy", "target_accuracy", "en_accuracy_low", "en_accuracy_high", "target_accuracy_low",
                 "target_accuracy_high")}, "ours": True, "n": r["n"]})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------- benchmark bridges
+
+BRIDGE_METRICS = {"acc": "acc (sum of log-probs)", "acc_norm": "acc_norm (per character)",
+                  "acc_bytes": "acc_bytes (per UTF-8 byte)"}
+
+
+def plot_bridge(summary: pd.DataFrame, path: str | Path, title: str = "") -> list[Path]:
+    """A bridge run's two figures beside `path`: `bridge_accuracy` (acc, acc_norm, acc_bytes per language,
+    Wilson intervals) and `bridge_norm_gap` (acc_norm − acc_bytes per language, grouped and coloured by
+    script, paired bootstrap intervals). PDF and PNG of each; the accuracy PNG comes last."""
+    path = Path(path)
+    table = bridges.wide(summary).sort_values(["script", "language"]).reset_index(drop=True)
+    written = _bridge_norm_gap(table, path.with_name("bridge_norm_gap"), title)
+    return written + _bridge_accuracy(table, path.with_name("bridge_accuracy"), title)
+
+
+def _bridge_accuracy(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
+    fig, ax = figure("two", height=2.8)
+    x = np.arange(len(table))
+    width = 0.8 / len(BRIDGE_METRICS)
+    for k, (metric, label) in enumerate(BRIDGE_METRICS.items()):
+        values = table[metric].to_numpy(float)
+        errors = [np.clip(values - table[f"{metric}_low"].to_numpy(float), 0, None),
+                  np.clip(table[f"{metric}_high"].to_numpy(float) - values, 0, None)]
+        ax.bar(x + (k - 1) * width, values, width * 0.9, yerr=errors, color=PALETTE[k], label=label,
+               error_kw={"elinewidth": 0.6, "capsize": 1.5})
+    ax.set_xticks(x, [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy (95% Wilson)")
+    ax.grid(axis="x", visible=False)
+    ax.legend(loc="upper right", fontsize=7, frameon=False)
+    ax.set_title(f"{title}: accuracy by normalisation" if title else "accuracy by normalisation")
+    return save(fig, path)
+
+
+def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
+    fig, ax = figure("two", height=2.6)
+    scripts = list(dict.fromkeys(table["script"]))
+    colours = {script: PALETTE[k % len(PALETTE)] for k, script in enumerate(scripts)}
+    x = np.arange(len(table))
+    values = table["norm_gap"].to_numpy(float)
+    errors = [np.clip(values - table["norm_gap_low"].to_numpy(float), 0, None),
+              np.clip(table["norm_gap_high"].to_numpy(float) - values, 0, None)]
+    ax.bar(x, values, 0.7, yerr=errors, color=[colours[s] for s in table["script"]],
+           error_kw={"elinewidth": 0.6, "capsize": 1.5})
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(x, table["language"])
+    ax.set_ylabel("acc_norm − acc_bytes")
+    ax.grid(axis="x", visible=False)
+    handles = [_legend_handle(marker="s", color=colours[s], label=s) for s in scripts]
+    ax.legend(handles=handles, title="script", fontsize=7, title_fontsize=7, frameon=False, loc="best")
+    ax.set_title(f"{title}: per character minus per byte" if title else "per character minus per byte")
+    return save(fig, path)

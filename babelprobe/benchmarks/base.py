@@ -55,6 +55,8 @@ BENCHMARKS = {name: f"babelprobe.benchmarks.{name}" for name in ("stingray", "ec
 CONTRACT = ("NAME", "TITLE", "Settings", "load", "run", "summarize", "format_summary", "answerer")
 OPTIONAL = ("PROTOCOLS", "prepare", "check")
 SUMMARY_COLUMNS = ("metric", "value", "ci_low", "ci_high", "n", "interval")
+# the benchmark bridges (benchmarks/bridges): released data sets scored as lm-evaluation-harness scores them
+BENCHMARKS.update({name: f"babelprobe.benchmarks.bridges.{name}" for name in ("multiblimp", "belebele", "xnli", "pawsx")})
 
 
 def benchmark(name: str) -> ModuleType:
