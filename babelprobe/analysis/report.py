@@ -44,6 +44,7 @@ PROBE_NAMES = ("neuro.csv", "neuro.parquet")
 REPORTS: dict[str, str] = {
     "lens": "babelprobe.analysis.latent:report_lens",
     "align": "babelprobe.analysis.latent:report_align",
+    "patch": "babelprobe.analysis.patching:report",
 }
 
 
