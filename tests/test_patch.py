@@ -431,4 +431,5 @@ def test_default_model_last_layer_patch_gives_the_source_answer(default_lm, tmp_
                                   n_boot=0, figures=False, progress=False)
     rows = result.rows
     assert np.allclose(rows["p_src_concept_src_lang"], rows["base_src"], atol=1e-5)
-    assert (rows["base_src"] > 0.01).all()  # the model does translate: its answer is among the listed words
+    # the patched target now answers as the source prompt, not as itself (its own concept's probability moves)
+    assert not np.allclose(rows["p_tgt_concept_tgt_lang"], rows["base_tgt"], atol=1e-5)
