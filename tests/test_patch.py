@@ -433,3 +433,45 @@ def test_default_model_last_layer_patch_gives_the_source_answer(default_lm, tmp_
     assert np.allclose(rows["p_src_concept_src_lang"], rows["base_src"], atol=1e-5)
     # the patched target now answers as the source prompt, not as itself (its own concept's probability moves)
     assert not np.allclose(rows["p_tgt_concept_tgt_lang"], rows["base_tgt"], atol=1e-5)
+
+
+# -------------------------------------------------------------- bad input (docs/reliability.md P1-P4)
+
+def _patch_cli(tiny_dir, out, *args) -> int:
+    return main([str(a) for a in ["patch", "--model", tiny_dir, "--out", out, "--no-progress", *args]])
+
+
+def test_P1_pairs_items_without_parallel_id_or_prefix(tiny_dir, tmp_path, capsys):
+    items = bp.load_items("xcomps-sample", languages=["en", "de"], limit=1)
+    path = tmp_path / "items.csv"
+    items.drop(columns=["parallel_id"]).to_csv(path, index=False)
+    assert _patch_cli(tiny_dir, tmp_path / "out", "--protocol", "pairs", "--items", path) == 2
+    assert "no 'parallel_id' field" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_P2_a_language_with_no_prompt_name(tiny_dir, tmp_path, capsys):
+    assert _patch_cli(tiny_dir, tmp_path / "out", "--protocol", "translation", "--target", "fr-sw") == 2
+    err = capsys.readouterr().err
+    assert err.startswith("babelprobe: error: ") and "sw" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_P3_fewer_concepts_than_shots_plus_one(tiny_dir, tmp_path, capsys):
+    concepts = tmp_path / "concepts.csv"
+    concepts_table().to_csv(concepts, index=False)
+    args = ["--protocol", "translation", "--concepts", concepts, "--shots", "12",
+            *[f"--{k.replace('_', '-')}={v}" for k, v in SETTING.items() if k != "shots"]]
+    assert _patch_cli(tiny_dir, tmp_path / "out", *args) == 2
+    assert "a prompt needs --shots 12 + 1" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_P4_too_few_pairs_after_collisions(tiny_dir, tmp_path, capsys):
+    concepts = tmp_path / "concepts.csv"
+    concepts_table().to_csv(concepts, index=False)
+    args = ["--protocol", "translation", "--concepts", concepts, "--n-pairs", "500", "--exp", "exp1",
+            *[f"--{k.replace('_', '-')}={v}" for k, v in SETTING.items()]]
+    assert _patch_cli(tiny_dir, tmp_path / "out", *args) == 2
+    assert "of 500 pairs for de-es → fr-en" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
