@@ -13,6 +13,7 @@ Everything a user touches is reachable from here:
     bp.run_benchmark("stingray", lm, "stingray-sample", "sr/")   # a seed benchmark
     probes = bp.probe("cmp/acts", folds=5)        # the probe sweep of a store (`babelprobe probe`)
     bp.lens(lm, items, "lens/"); bp.align(lm, items, "align/")   # logit lens; cross-lingual alignment
+    bp.patch_translation(lm, "xcomps-sample", out="patch/")    # activation patching (Dumas et al. 2025)
 
 Every command has its library call of the same name and a settings dataclass (`bp.ProbeSettings`,
 `bp.CompareSettings`, ...) whose fields are the command's flags.
@@ -44,6 +45,8 @@ _EXPORTS = {
     "transfer_matrix": "probes.crosslingual", "load_probes": "probes.weights", "Probes": "probes.weights",
     "compare": "comparison", "CompareSettings": "comparison", "diff": "comparison", "CompareResult": "comparison",
     "intervene": "interventions.run", "InterventionResult": "interventions.run", "Intervention": "interventions.edits",
+    "patch_translation": "patching.run", "patch_pairs": "patching.run", "TranslationResult": "patching.run",
+    "PairsResult": "patching.run", "TranslationSettings": "patching.settings", "PairsSettings": "patching.settings",
     "plot_effect_by_layer": "analysis.interventions", "plot_dose_response": "analysis.interventions",
     "plot_f1_vs_effect": "analysis.interventions",
     "run_benchmark": "analysis.benchmarks", "Models": "benchmarks.base",

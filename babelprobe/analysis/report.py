@@ -40,6 +40,7 @@ from babelprobe.tables import atomic_path, write_table
 REPORTS: dict[str, str] = {
     "lens": "babelprobe.analysis.latent:report_lens",
     "align": "babelprobe.analysis.latent:report_align",
+    "patch": "babelprobe.analysis.patching:report",
 }
 
 

@@ -8,6 +8,8 @@ An edit maps hidden states [..., d] to edited ones (computed in float32, cast ba
                                                             is; α = 2 reflects the component about `value`
     Erase(eraser, alpha)       h − α·(h − eraser(h))        LEACE (`concept_erasure.LeaceEraser`); α = 1 is the
                                                             eraser itself
+    Patch(rows, cols, values)  h[rows, cols] = values       activation patching: given states written at given
+                                                            positions of the batch (`babelprobe patch`)
 
 `Intervention(lm, {layer: edit})` puts the edits on the model with the same kind of hooks the hf
 extraction backend reads states with (`babelprobe.extract.backends.HFBackend`), at the same places
@@ -96,6 +98,29 @@ class Erase(Edit):
     def __call__(self, h):
         erased = self.eraser(h.device)(h)
         return erased if self.alpha == 1.0 else h - self.alpha * (h - erased)
+
+
+class Patch(Edit):
+    """Activation patching: h[rows[i], cols[i]] = values[i], every other state left as it is.
+
+    The edit names its own positions in the batch (rows, and columns in the sequence), so it is used with
+    `Intervention.where` left None (it then receives the whole [batch, seq, d] hidden states). The values
+    are kept in float32; states read from the same model in its own dtype go back into it unchanged."""
+
+    def __init__(self, rows, cols, values):
+        super().__init__()
+        self.tensors = {"rows": torch.as_tensor(rows, dtype=torch.long).reshape(-1),
+                        "cols": torch.as_tensor(cols, dtype=torch.long).reshape(-1),
+                        "values": torch.as_tensor(values, dtype=torch.float32)}
+        n = len(self.tensors["rows"])
+        if len(self.tensors["cols"]) != n or self.tensors["values"].shape[0] != n:
+            raise ValueError(f"Patch: {n} rows, {len(self.tensors['cols'])} columns and "
+                             f"{self.tensors['values'].shape[0]} values")
+
+    def __call__(self, h):
+        out = h.clone()
+        out[self.on("rows", h.device), self.on("cols", h.device)] = self.on("values", h.device)
+        return out
 
 
 def fit_leace(X: np.ndarray, labels: np.ndarray):

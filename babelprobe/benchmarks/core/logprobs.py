@@ -140,6 +140,19 @@ def _logsumexp_(logits: torch.Tensor) -> torch.Tensor:
     return logits.sub_(top).exp_().sum(-1).log_().add_(top.squeeze(-1))
 
 
+def scored_positions(enc: Encoding, score_from: int) -> list[int]:
+    """The token positions of `enc` that `token_logprobs` scores for `score_from` (module docstring), for
+    callers that run the model themselves (activation patching, `babelprobe patch`)."""
+    return _scored_positions(enc, score_from)
+
+
+def logprobs_of_states(lm: LoadedModel, states: torch.Tensor, token_ids) -> np.ndarray:
+    """float64 log p(token_ids[i] | states[i]) for final hidden states [n, d] (after the final norm): the
+    same chunked vocabulary projection as `token_logprobs`, for callers that run the model themselves."""
+    with torch.inference_mode():
+        return _gathered_logprobs(lm, states, torch.as_tensor(token_ids, dtype=torch.long, device=lm.device))
+
+
 # ------------------------------------------------------------------------------ shared-prefix scoring
 
 def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[int] | None = None,

@@ -1,0 +1,144 @@
+"""The settings of `babelprobe patch`: `TranslationSettings` (the paper's word-translation protocol) and
+`PairsSettings` (babelprobe's minimal-pair join), what changes their numbers, recorded in patch.json; the
+CLI makes one flag per field.
+
+The defaults of `TranslationSettings` are the paper's design on the languages of the bundled concepts
+(xcomps-sample has no it, nl or fi): the paper's languages are `PAPER_LANGUAGES` (Dumas et al. 2025; the
+released notebooks patchscope_shifted_translation.ipynb and obj_patch_translation.ipynb), for a concept
+file that has them: `bp.patch_translation(lm, "words.csv", "patch/", **PAPER_LANGUAGES)`.
+
+This module imports nothing heavy: the CLI builds its flags from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.settings import as_tuple, at_least, each_of, flag, option
+
+EXPERIMENTS = ("exp1", "exp2")
+# The released notebooks' settings: exp1 `shifted_translation_plot("de", "it", "fr", "zh", extra_langs=["en"])`,
+# exp2 `object_patching_plot(paper_pairs, "fr", "zh")`.
+PAPER_LANGUAGES = {"source": "de-it", "target": "fr-zh", "latent": "en",
+                   "source_pairs": ("de-it", "nl-fi", "zh-es", "es-ru", "ru-ko")}
+
+
+@dataclass(frozen=True)
+class TranslationSettings:
+    """What changes the numbers of the translation protocol (`bp.patch_translation`)."""
+
+    exps: tuple[str, ...] = option(EXPERIMENTS, flag="--exp", metavar="LIST",
+                                   help="exp1: the source prompt's last-token state written into block j's output "
+                                   "of the target's last token, one layer at a time; exp2: the source concept's "
+                                   "state (mean over --source-pairs, and the first pair's alone) written at the "
+                                   "target concept's last token, layers j..L")
+    source: str = option("de-es", metavar="IN-OUT",
+                         help="exp1: the source prompt's input and output languages (the paper: de-it)")
+    target: str = option("fr-zh", metavar="IN-OUT", help="the target prompt's input and output languages")
+    latent: str | None = option("en", metavar="CODE",
+                                help="exp1: the language of the latent concept, both concepts' words summed "
+                                "(the paper: en; 'none': leave it out)")
+    source_pairs: tuple[str, ...] = option(("de-es", "de-tr", "zh-es", "es-ru", "ru-ko"), metavar="LIST",
+                                           help="exp2: the source prompts' language pairs (the paper: de-it,nl-fi,"
+                                           "zh-es,es-ru,ru-ko)")
+    n_pairs: int = option(200, metavar="N", help="source/target concept pairs per experiment")
+    shots: int = option(5, metavar="K", help="translation examples before the query")
+    layers: str = option("all", metavar="SPEC", help="patched block outputs: all (1..L), or e.g. 4-12")
+    seed: int = option(0, help="seed of the random draws (translation: the few-shot examples and the pair order; "
+                       "pairs: the control concepts) and of the bootstrap")
+    n_boot: int = option(1000, metavar="N", help="bootstrap replicates of the intervals over pairs")
+
+    def __post_init__(self):
+        object.__setattr__(self, "exps", as_tuple(self.exps))
+        object.__setattr__(self, "source_pairs", as_tuple(self.source_pairs))
+        latent = None if self.latent is None or str(self.latent).lower() == "none" else str(self.latent)
+        object.__setattr__(self, "latent", latent)
+        object.__setattr__(self, "layers", _layer_spec(self.layers))
+        each_of(self, "exps", EXPERIMENTS)
+        at_least(self, "n_pairs", 1)
+        at_least(self, "shots", 1)
+        at_least(self, "n_boot", 0)
+        source, target = language_pair(self, "source"), language_pair(self, "target")
+        pairs = [language_pair(self, "source_pairs", text) for text in self.source_pairs]
+        if "exp2" in self.exps and not pairs:
+            raise BabelprobeError("--source-pairs: exp2 needs at least one source language pair, e.g. de-es")
+        if "exp1" in self.exps:
+            if source[1] == target[1]:
+                raise BabelprobeError(f"--source {self.source} and --target {self.target} have the same output "
+                                      "language; exp1 tells the two apart by it")
+            if self.latent in (source[1], target[1]):
+                raise BabelprobeError(f"--latent {self.latent} is an output language of --source or --target; choose "
+                                      "another or 'none'")
+        used = {*source, *target, *(code for pair in pairs for code in pair)} | ({self.latent} if self.latent else set())
+        check_prompt_names(sorted(used))
+        from babelprobe.extract.layers import check_spec
+
+        check_spec(self.layers)
+
+    def languages(self) -> list[str]:
+        """Every language the configuration needs words in."""
+        codes = [*self.source.split("-"), *self.target.split("-"), *(c for p in self.source_pairs for c in p.split("-"))]
+        return list(dict.fromkeys(codes + ([self.latent] if self.latent else [])))
+
+
+@dataclass(frozen=True)
+class PairsSettings:
+    """What changes the numbers of the minimal-pair protocol (`bp.patch_pairs`)."""
+
+    sources: tuple[str, ...] = option(("en",), metavar="LIST",
+                                      help="source languages: the acceptable item's prefix state in each (the mean "
+                                      "over them) is written into the target language's unacceptable item")
+    controls: bool = option(True, help="also run the controls: the target language as source (upper bound) and "
+                            "another pair's concept (lower bound)")
+    min_gap: float = option(0.5, metavar="NATS",
+                            help="summary: leave out pairs whose good and bad scores differ by less (the recovery's "
+                            "denominator)")
+    layers: str = option("all", metavar="SPEC", help="patched block outputs: all (1..L), or e.g. 4-12")
+    seed: int = option(0, help="seed of the random draws (translation: the few-shot examples and the pair order; "
+                       "pairs: the control concepts) and of the bootstrap")
+    n_boot: int = option(1000, metavar="N", help="bootstrap replicates of the intervals over pairs")
+
+    def __post_init__(self):
+        object.__setattr__(self, "sources", as_tuple(self.sources))
+        object.__setattr__(self, "layers", _layer_spec(self.layers))
+        object.__setattr__(self, "min_gap", float(self.min_gap))
+        if not self.sources:
+            raise BabelprobeError("--sources needs at least one language code, e.g. en")
+        if self.min_gap < 0:
+            raise BabelprobeError(f"--min-gap must be 0 or more, got {self.min_gap}")
+        at_least(self, "n_boot", 0)
+        from babelprobe.extract.layers import check_spec
+
+        check_spec(self.layers)
+
+
+def _layer_spec(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
+def language_pair(settings, name: str, text: str | None = None) -> tuple[str, str]:
+    """"de-it" as ("de", "it"); a one-line error naming the flag otherwise."""
+    text = str(getattr(settings, name) if text is None else text)
+    parts = text.split("-")
+    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
+        raise BabelprobeError(f"{flag(settings, name)} {text!r}: write a language pair as IN-OUT with two different "
+                              "codes, e.g. de-it")
+    return parts[0], parts[1]
+
+
+def prompt_names() -> dict[str, str]:
+    """The languages' names in the translation prompts (data/prompts/translation_names.tsv)."""
+    from babelprobe.prompts import read_prompts
+
+    table = read_prompts("translation_names", ("language", "name"), optional=("source",))
+    return dict(zip(table["language"], table["name"]))
+
+
+def check_prompt_names(languages) -> None:
+    names = prompt_names()
+    missing = [code for code in languages if code not in names]
+    if missing:
+        raise BabelprobeError(f"language {missing[0]!r} has no name for the translation prompt (the prompt names "
+                              f"each language in itself); named: {', '.join(sorted(names))}; add it to "
+                              "babelprobe/data/prompts/translation_names.tsv")
