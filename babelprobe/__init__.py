@@ -50,6 +50,8 @@ _EXPORTS = {
     "plot_benchmark": "analysis.benchmarks",
     "lens_table": "latent.lens", "meta_lens": "latent.lens", "lens_curves": "latent.lens", "token_set": "latent.tokens",
     "align_layers": "latent.align", "linear_cka": "latent.align", "retrieval_accuracy": "latent.align",
+    "load_sae": "sae.weights", "save_sae": "sae.weights", "SAE": "sae.weights", "sae_stats": "sae.stats",
+    "sae_features": "sae.run", "SAEResult": "sae.run", "train_sae": "sae.train", "fetch_sae": "sae.fetch",
 }
 
 __all__ = ["BabelprobeError", *_EXPORTS]
