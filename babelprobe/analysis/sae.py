@@ -10,7 +10,10 @@ Figures:
   - sae_fit: FVU and L0 per language, over every token but BOS and over the last-token states, with the
     published L0 of the SAE when known;
   - sae_vs_dense: sparse-probe F1 by the number of features k (mean over language × subset groups, each
-    language's mean as a thin line) against the dense probe's F1 on the same folds.
+    language's mean as a thin line) against the dense probe's F1 on the same folds;
+  - sae_ablation: per language, the mean change of the direct margin when its own features are removed
+    and when random feature sets are (95% paired bootstrap intervals; the interventions runner's own
+    summary and rows are in OUT/ablate/).
 Tables: sae_top_features.csv (each language's top features), sae_probe_summary.csv (F1 by k and the
 dense F1, mean over groups), sae_ablation.csv (the mean change of the direct margin and accuracy when a
 language's features are removed, language set and random sets, with 95% paired bootstrap intervals over
@@ -31,7 +34,7 @@ from babelprobe.analysis.style import PALETTE, SEQUENTIAL, figure, save
 from babelprobe.stats import paired_bootstrap
 from babelprobe.tables import atomic_path, read_table, write_table
 
-FIGURES = ("sae_monolinguality", "sae_fit", "sae_vs_dense")
+FIGURES = ("sae_monolinguality", "sae_fit", "sae_vs_dense", "sae_ablation")
 COLUMNS = {"features.csv": ["layer", "feature", "language", "mean_act", "freq", "nu", "rank"],
            "fit.csv": ["layer", "language", "fvu", "l0", "l0_published", "n_tokens"],
            "sparse_probe.csv": ["group", "layer", "k", "f1_mean", "dense_f1"],
@@ -163,6 +166,26 @@ def plot_sparse_vs_dense(table: pd.DataFrame):
     return fig
 
 
+def plot_ablation(summary: pd.DataFrame):
+    """sae_ablation (module docstring), from `ablation_summary`."""
+    part = summary[(summary["readout"] == "margin") & summary["feature_set"].isin(["language", "random"])]
+    languages = [code for code in dict.fromkeys(part["language"])]
+    fig, ax = figure("two", height=2.3)
+    x = np.arange(len(languages))
+    for i, (kind, label) in enumerate((("language", "the language's own features"),
+                                       ("random", "random features that fire on it (mean of draws)"))):
+        rows = part[part["feature_set"] == kind].set_index("language").reindex(languages)
+        ax.bar(x + (i - 0.5) * 0.38, rows["effect"], 0.38, color=PALETTE[0] if kind == "language" else "0.6",
+               yerr=[rows["effect"] - rows["ci_low"], rows["ci_high"] - rows["effect"]], error_kw={"linewidth": 0.7},
+               label=label)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(x, languages)
+    ax.set_ylabel("Δ direct margin (nats)")
+    ax.legend(frameon=False, fontsize=6)
+    ax.set_title("SAE features removed at their layer: change of the direct margin of the same pairs")
+    return fig
+
+
 # ------------------------------------------------------------------------------------------- report
 
 def report(path: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0):
@@ -179,7 +202,8 @@ def report(path: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0)
         result.tables[name] = write_table(table, out / f"{name}.csv")
     for name, draw, table in (("sae_monolinguality", plot_monolinguality, tables["features"]),
                               ("sae_fit", plot_fit, tables["fit"]),
-                              ("sae_vs_dense", plot_sparse_vs_dense, tables["sparse_probe"])):
+                              ("sae_vs_dense", plot_sparse_vs_dense, tables["sparse_probe"]),
+                              ("sae_ablation", plot_ablation, summaries["sae_ablation"])):
         if table.empty:
             result.skipped[name] = "its table is empty"
             continue

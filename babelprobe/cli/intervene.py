@@ -50,6 +50,8 @@ def register(sub) -> None:
     group.add_argument("--probes", metavar="DIR|FILE",
                        help="compare directory, probe result (NAME.csv / NAME.probes.h5) or activation store: the "
                        "probe directions, and the probe readout")
+    group.add_argument("--sae", metavar="DIR", help="a `babelprobe sae` directory: --method sae removes each language's "
+                       "most specific SAE features there")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
     group.add_argument("--overwrite", action="store_true", help="replace a run of other settings in --out")
     add_settings_options(parser, Settings, "intervene settings (recorded in intervene.json)")
@@ -67,7 +69,7 @@ def run(args) -> int:
     from babelprobe.interventions.settings import Settings
 
     settings = settings_from(args, Settings)
-    result = intervene(args.model, items_from(args), args.probes, args.out, settings=settings,
+    result = intervene(args.model, items_from(args), args.probes, args.out, settings=settings, sae=args.sae,
                        load_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
                        overwrite=args.overwrite, progress=not args.no_progress)
     table = effect_table(result.summary)

@@ -68,6 +68,8 @@ def register(sub) -> None:
 def add_runtime_options(parser) -> None:
     group = parser.add_argument_group("running")
     group.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="token budget per batch")
+    group.add_argument("--n-boot", type=int, default=1000, metavar="N",
+                       help="bootstrap replicates of the ablation's summary (default 1000)")
     group.add_argument("--overwrite", action="store_true", help="replace a run of another model, items, SAE or settings")
     group.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -82,13 +84,15 @@ def run(args) -> int:
     for flag, value in (("--sae", args.sae), ("--out", args.out)):
         if not value:
             raise BabelprobeError(f"babelprobe sae needs {flag} (or a subcommand: sae fetch, sae train)")
-    if args.batch_tokens < 1:
-        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    if args.batch_tokens < 1 or args.n_boot < 0:
+        raise BabelprobeError(f"--batch-tokens must be positive and --n-boot 0 or more, got {args.batch_tokens} and "
+                              f"{args.n_boot}")
     settings = settings_from(args, Settings)
     items = items_from(args)
     sae = load_sae(args.sae, layer=int(settings.layers) if settings.layers is not None else None)
     result = sae_features(args.model, items, sae, args.out, acts=args.acts, settings=settings,
-                          model_options=load_options(args), batch_tokens=args.batch_tokens, overwrite=args.overwrite,
+                          model_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
+                          overwrite=args.overwrite,
                           progress=not args.no_progress)
     print(summary(result))
     return 0

@@ -64,7 +64,7 @@ class InterventionResult:
 
 
 def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, out: str | Path | None = None, *,
-              settings: Settings | None = None,
+              settings: Settings | None = None, sae: str | Path | None = None,
               load_options: dict | None = None, n_boot: int = 1000,
               batch_tokens: int = 4096, figures: bool = True, overwrite: bool = False, progress: bool = True,
               **values) -> InterventionResult:
@@ -74,8 +74,9 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
     the probe-direction methods and by the probe readout. `settings` or the same values as keyword
     arguments (`methods="ablate"`, `layers="peak"`, ...: `settings.Settings`). `reduction`, `rule`, `prompts` (direct and
     meta scoring): None takes the compare directory's settings when `probes` is one, else sum, sum and
-    xcomps. `load_options`: `load_model`'s options when `model` is a spec (it loads after every input
-    is checked). `n_boot`, `batch_tokens`, `figures`, `progress` change no row."""
+    xcomps. `sae`: a `babelprobe sae` directory (`--method sae`, `interventions.sae_features`).
+    `load_options`: `load_model`'s options when `model` is a spec (it loads after every input is
+    checked). `n_boot`, `batch_tokens`, `figures`, `progress` change no row."""
     if out is None:
         raise BabelprobeError("intervene needs an output directory (--out)")
     if settings is not None and values:
@@ -94,7 +95,7 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
                               "an activation store)")
     if found is not None and "probe" in settings.readouts:
         found.check(items, settings.layers)
-    inputs = {}  # the edit sources' own inputs, by flag name
+    inputs = {"sae": sae}  # the edit sources' own inputs, by flag name (--sae: a `babelprobe sae` directory)
     source = source_class(settings.methods)(settings, items, found, inputs)
     if "meta" in settings.readouts:
         from babelprobe.benchmarks.meta import meta_requests

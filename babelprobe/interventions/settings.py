@@ -12,18 +12,19 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.settings import as_tuple, at_least, each_of, one_of, option, settings_record
 
 READOUTS = ("direct", "meta", "probe")
-METHODS = ("steer", "ablate", "leace")  # interventions.source.SOURCES says which source serves each
+METHODS = ("steer", "ablate", "leace", "sae")  # interventions.source.SOURCES says which source serves each
 POSITIONS = ("all", "last")
 ABLATE_TO = ("zero", "mean")
-DEFAULT_ALPHAS = {"steer": (-4.0, -2.0, 0.0, 2.0, 4.0), "ablate": (1.0,), "leace": (1.0,)}
+DEFAULT_ALPHAS = {"steer": (-4.0, -2.0, 0.0, 2.0, 4.0), "ablate": (1.0,), "leace": (1.0,), "sae": (1.0,)}
 
 
 @dataclass(frozen=True)
 class Settings:
     """What changes the numbers of an intervention run (recorded in intervene.json)."""
 
-    methods: tuple[str, ...] = option(("ablate",), "steer, ablate, leace (edits along probe directions); a comma "
-                                      "list of one kind", flag="--method", metavar="LIST")
+    methods: tuple[str, ...] = option(("ablate",), "steer, ablate, leace (edits along probe directions), sae (SAE "
+                                      "features removed, --sae); a comma list of one kind", flag="--method",
+                                      metavar="LIST")
     layers: str = option("peak", "'peak' (each probe group's peak layer) or layers like 6 or 0-4,12: where probe "
                          "directions are edited, and where the probe readout reads", metavar="LAYERS")
     readouts: tuple[str, ...] = option((), "direct, meta, probe (default: direct and meta, and probe with --probes)",

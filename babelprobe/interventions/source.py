@@ -38,6 +38,7 @@ SOURCES: dict[str, str] = {
     "steer": "babelprobe.interventions.probe_edits:ProbeDirections",
     "ablate": "babelprobe.interventions.probe_edits:ProbeDirections",
     "leace": "babelprobe.interventions.probe_edits:ProbeDirections",
+    "sae": "babelprobe.interventions.sae_features:SAEFeatures",
 }
 METHODS = tuple(SOURCES)
 

@@ -28,6 +28,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
@@ -51,13 +52,14 @@ class SAEResult:
 
 
 def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None = None,
-                 settings: Settings | None = None, model_options: dict | None = None, batch_tokens: int = 4096,
-                 overwrite: bool = False, progress: bool = True, **values) -> SAEResult:
+                 settings: Settings | None = None, model_options: dict | None = None, n_boot: int = 1000,
+                 batch_tokens: int = 4096, overwrite: bool = False, progress: bool = True, **values) -> SAEResult:
     """The SAE view of `items` (module docstring), written to `out`. `model`: a `LoadedModel` or a spec
     (loaded with `model_options` once the SAE, the store and the output are checked); `items`: a
     DataFrame or an item source; `sae`: an `SAE` or its folder; `acts`: an activation store of the same
     model and items holding the SAE's layer (its last-token states feed the sparse probes). `values`:
-    the fields of `Settings` as keyword arguments (`ks="1,8,64"`, `ablate=4`)."""
+    the fields of `Settings` as keyword arguments (`ks="1,8,64"`, `ablate=4`). `n_boot`: bootstrap
+    replicates of the ablation's summary (OUT/ablate/summary.csv)."""
     from babelprobe.items import items_hash, load_items
     from babelprobe.models import load_model
     from babelprobe.runs import open_run
@@ -75,6 +77,7 @@ def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None 
     if items["language"].nunique() < 2:
         raise BabelprobeError("the SAE view compares languages: the items have only "
                               f"{', '.join(items['language'].unique())}")
+    _check_groups(items, settings.folds)
     store = _check_store(acts, sae, items) if acts is not None else None
     check_writable_dir(out)
     lm = load_model(model, **(model_options or {})) if isinstance(model, str) else model
@@ -96,14 +99,25 @@ def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None 
     write_table(features, out / OUTPUTS["features"])
     tables = {"features": features}
     tables.update(_sparse_stage(run, sae, store or _own_store(out), settings, out, stats.fit().assign(states="tokens")))
-    record = {"ablate": settings.ablate, "n_random": settings.n_random, "seed": settings.seed}
-    if run.state["stages"].get("ablate") != record or not (out / OUTPUTS["ablate"]).exists():
-        ablate = ablation_rows(lm, items, sae, stats, settings, out / "ablate", batch_tokens, progress)
-        write_table(ablate, out / OUTPUTS["ablate"])
-        run.state["stages"]["ablate"] = record
+    if run.state["stages"].get("ablate") != "done" or not (out / OUTPUTS["ablate"]).exists():
+        ablate = ablation_rows(lm, items, out, settings, n_boot, batch_tokens, progress)
+        write_table(ablate, out / OUTPUTS["ablate"])  # written last: it marks the run finished (runs.LAYOUTS)
+        run.state["stages"]["ablate"] = "done"
         run.save()
     tables["ablate"] = read_table(out / OUTPUTS["ablate"])
     return SAEResult(out=out, sae=sae.describe(), **tables)
+
+
+def _check_groups(items: pd.DataFrame, folds: int) -> None:
+    """Every language × subset group can be cross-validated with `folds` folds (before any work)."""
+    labelled = items[items["label"].isin([0, 1])]
+    if labelled.empty:
+        raise BabelprobeError("the sparse probes need items labelled 1 (acceptable) and 0 (unacceptable); these have none")
+    counts = labelled.groupby(["language", "subset"])["pair_id"].nunique()
+    if counts.min() < folds:
+        (language, subset), n = counts.idxmin(), int(counts.min())
+        raise BabelprobeError(f"group language={language} subset={subset} has {n} pairs, fewer than --folds {folds}; "
+                              "use fewer --folds or more items")
 
 
 def _one_layer(spec) -> int | None:
@@ -138,19 +152,18 @@ def _check_store(acts, sae: SAE, items: pd.DataFrame):
 
 
 def _sae_digest(sae: SAE) -> str:
-    """A digest of the SAE's weights (file contents), so that other weights are another identity."""
+    """A digest of the SAE's weights (its weights file, or the tensors of one built in memory), so that
+    other weights are another identity."""
+    from babelprobe.sae.weights import GEMMA_SCOPE_WEIGHTS, SAELENS_WEIGHTS, file_digest
+
+    for name in (GEMMA_SCOPE_WEIGHTS, SAELENS_WEIGHTS):
+        if sae.path and (Path(sae.path) / name).exists():
+            return file_digest(Path(sae.path) / name)
     digest = hashlib.sha256()
-    for name in ("params.safetensors", "sae_weights.safetensors"):
-        path = Path(sae.path) / name
-        if sae.path and path.exists():
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(block)
-            return digest.hexdigest()[:16]
     for tensor in (sae.W_enc, sae.W_dec, sae.b_enc, sae.b_dec, sae.threshold):
         if tensor is not None:
             digest.update(tensor.detach().cpu().numpy().tobytes())
-    digest.update(f"{sae.architecture} {sae.k} {sae.apply_b_dec_to_input}".encode())
+    digest.update(f"{sae.architecture} {sae.k} {sae.apply_b_dec_to_input} {sae.layer}".encode())
     return digest.hexdigest()[:16]
 
 
@@ -213,9 +226,24 @@ def _sparse_stage(run, sae: SAE, store, settings: Settings, out: Path, fit_token
     return {"fit": fit, "sparse_probe": table}
 
 
-def ablation_rows(lm, items, sae, stats, settings, out, batch_tokens, progress) -> pd.DataFrame:
-    """ablate.csv (module docstring, stage 3)."""
-    from babelprobe.interventions.sae_features import ablate_features, feature_sets
+ABLATE_COLUMNS = ["pair_id", "language", "subset", "feature_set", "method", "margin", "margin_base", "correct",
+                  "layer", "alpha", "n_features", "features"]
 
-    sets = feature_sets(stats, settings.ablate, settings.n_random, settings.seed)
-    return ablate_features(lm, items, sae, sets, batch_tokens=batch_tokens, progress=progress)
+
+def ablation_rows(lm, items, out: Path, settings: Settings, n_boot: int, batch_tokens, progress) -> pd.DataFrame:
+    """ablate.csv (module docstring, stage 3): the interventions runner with the SAE-feature edit source
+    (`interventions.sae_features`; its own run directory OUT/ablate/: interventions.csv, summary.csv,
+    figures), its rows in ablate.csv's columns."""
+    from babelprobe.interventions import intervene
+
+    if settings.ablate == 0:
+        return pd.DataFrame(columns=ABLATE_COLUMNS)
+    result = intervene(lm, items, None, out / "ablate", methods="sae", readouts="direct", n_random=settings.n_random,
+                       seed=settings.seed, sae=out, n_boot=n_boot, batch_tokens=batch_tokens, progress=progress)
+    rows = result.rows
+    return pd.DataFrame({
+        "pair_id": rows["pair_id"], "language": rows["language"], "subset": rows["subset"],
+        "feature_set": np.where(rows["direction"] == "features", "language", "random-" + rows["draw"].astype(str)),
+        "method": "direct", "margin": rows["direct_margin"], "margin_base": rows["direct_margin_base"],
+        "correct": rows["direct_correct"].astype(bool), "layer": rows["layer"], "alpha": rows["alpha"],
+        "n_features": rows["n_features"], "features": rows["features"]})[ABLATE_COLUMNS]

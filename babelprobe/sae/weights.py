@@ -291,6 +291,17 @@ def _read_json(file: Path) -> dict:
         raise BabelprobeError(f"{file}: not readable JSON ({err})") from err
 
 
+def file_digest(path: str | Path) -> str:
+    """The first 16 hex digits of a file's SHA-256 (an SAE's weights, a stats pass: part of a run's identity)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
+
+
 # ------------------------------------------------------------------------------------------ checking
 
 def check_fits(sae: SAE, d_model: int, n_layers: int, what: str = "model") -> None:
