@@ -39,7 +39,6 @@ from babelprobe.models import LoadedModel, length_batches, pad_batch
 from babelprobe.sae.weights import SAE, check_fits
 
 CHUNK_BYTES = 256 * 2**20  # working memory of one chunk of codes (pre-activations and codes, float32)
-SPARSE_DECODE = 0.05  # decode through a sparse product when fewer than this share of codes are non-zero
 
 
 @dataclass
@@ -151,7 +150,9 @@ class StatsAccumulator:
     def __init__(self, sae: SAE, n_groups: int, d_model: int, device: torch.device, n_texts: int = 0):
         self.sae = sae
         self.device = device
-        d_sae = sae.d_sae
+        self.d_sae = d_sae = sae.d_sae
+        rescaled = sae.architecture == "topk" and sae.rescale_acts_by_decoder_norm
+        self.decoder = sae.W_dec / sae.decoder_norms()[:, None] if rescaled else sae.W_dec  # x̂ = f·decoder + b_dec
         self.chunk = max(1, CHUNK_BYTES // (3 * 4 * d_sae))
         # float32 sums of one batch, folded into the float64 totals after it (exact enough for ≤ a batch)
         self.batch_f = torch.zeros(n_groups, d_sae, device=device)
@@ -189,12 +190,20 @@ class StatsAccumulator:
         groups = self.groups.to(hidden.device)
         if self.shift is None:
             self.shift = x.double().mean(0) if len(x) else torch.zeros(x.shape[1], dtype=torch.float64)
+        flat_f, flat_count = self.batch_f.view(-1), self.batch_count.view(-1)
         for start in range(0, len(x), self.chunk):
             xc, gc = x[start:start + self.chunk], groups[start:start + self.chunk]
+            # the codes are sparse: their non-zeros feed every sum, and the reconstruction gathers only
+            # the decoder rows of the features that fired (the same sums as the dense product f W_dec)
             f = self.sae.encode(xc)
-            self.batch_f.index_add_(0, gc, f)
-            self.batch_count.index_add_(0, gc, (f > 0).to(torch.float32))
-            error = (xc - decode(self.sae, f)).double().square().sum(1)
+            rows, cols = f.nonzero(as_tuple=True)
+            values = f[rows, cols]
+            del f
+            cell = gc[rows] * self.d_sae + cols
+            flat_f.index_add_(0, cell, values)
+            flat_count.index_add_(0, cell, torch.ones_like(values))
+            recon = torch.zeros_like(xc).index_add_(0, rows, values[:, None] * self.decoder.index_select(0, cols))
+            error = (xc - recon - self.sae.b_dec).double().square().sum(1)
             self.sq_error.index_add_(0, gc, error)
         centred = x.double() - self.shift.to(x.device)
         self.sum_x.index_add_(0, groups, centred)
@@ -209,15 +218,6 @@ class StatsAccumulator:
         return SAEStats(layer=layer, languages=languages, n_tokens=self.n_tokens.copy(), sum_f=self.sum_f,
                         count=self.count, sq_error=self.sq_error.cpu().numpy(), sum_x=self.sum_x.cpu().numpy(),
                         sum_sq=self.sum_sq.cpu().numpy(), info=info, last=self.last)
-
-
-def decode(sae: SAE, f: torch.Tensor) -> torch.Tensor:
-    """x̂ of codes f [n, d_sae]; through a sparse product when few codes are non-zero (the same sums, far
-    fewer products for a wide JumpReLU or top-k SAE)."""
-    rescaled = sae.architecture == "topk" and sae.rescale_acts_by_decoder_norm
-    if not rescaled and f.device.type == "cpu" and f.numel() and (f != 0).sum() < SPARSE_DECODE * f.numel():
-        return torch.sparse.mm(f.to_sparse_csr(), sae.W_dec) + sae.b_dec
-    return sae.decode(f)
 
 
 def sae_stats(lm: LoadedModel, items: pd.DataFrame, sae: SAE, *, batch_tokens: int = 4096,
