@@ -30,7 +30,7 @@ def register(sub) -> None:
     parser = sub.add_parser("sae", help="SAE features per language: monolinguality, fit, sparse probes, ablation; "
                             "`sae fetch`, `sae train`", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_options(parser, dtype_option="--model-dtype")
+    add_model_options(parser)
     add_items_options(parser)
     group = parser.add_argument_group("the SAE run")
     group.add_argument("--sae", metavar="DIR", help="the SAE folder (Gemma Scope 2 or SAELens layout)")
