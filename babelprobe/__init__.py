@@ -62,6 +62,11 @@ _EXPORTS = {
     "sweep": "jobs", "SweepSettings": "jobs",
     "lens_table": "latent.lens", "meta_lens": "latent.lens", "lens_curves": "latent.lens", "token_set": "latent.tokens",
     "align_layers": "latent.align", "linear_cka": "latent.align", "retrieval_accuracy": "latent.align",
+    "load_sae": "sae.weights", "save_sae": "sae.weights", "SAE": "sae.weights", "sae_stats": "sae.stats",
+    "sae_features": "sae.run", "SAEResult": "sae.run", "train_sae": "sae.train", "fetch_sae": "sae.fetch",
+    "plot_sae_monolinguality": "analysis.sae:plot_monolinguality", "plot_sae_fit": "analysis.sae:plot_fit",
+    "plot_sae_vs_dense": "analysis.sae:plot_sparse_vs_dense", "plot_sae_ablation": "analysis.sae:plot_ablation",
+    "sae_ablation_summary": "analysis.sae:ablation_summary",
 }
 
 __all__ = ["BabelprobeError", *_EXPORTS]

@@ -85,6 +85,7 @@ LAYOUTS: dict[str, Layout] = {layout.kind: layout for layout in (
     Layout("align", "align.json", ("curves.csv", "matrix.csv", "items.csv"), "babelprobe align"),
     Layout("sweep", "sweep.json", ("summary.csv",), "babelprobe sweep"),
     Layout("patch", "patch.json", ("patch.json",), "babelprobe patch"),
+    Layout("sae", "sae.json", ("features.csv", "fit.csv", "sparse_probe.csv", "ablate.csv"), "babelprobe sae"),
     Layout("bench", MANIFEST, ("items.csv", "summary.csv"), "babelprobe bench NAME"),
 )}
 

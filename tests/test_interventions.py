@@ -345,7 +345,76 @@ def test_command_errors_are_one_line(tiny_long_dir, probe_dir, tmp_path, capsys)
     assert main(cli_args(tiny_long_dir, probe_dir, tmp_path / "b", "--layers", "9")) == 2
     assert "layer" in capsys.readouterr().err
     assert main(cli_args(tiny_long_dir, probe_dir, tmp_path / "c", "--method", "erase")) == 2
-    assert "unknown method" in capsys.readouterr().err
+    assert "--method: unknown value 'erase'" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------- bad input (docs/reliability.md, I1-I7)
+
+def snapshot(path: Path) -> dict:
+    """{file: bytes} of everything under `path` (empty when it does not exist)."""
+    return {p: p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()} if path.exists() else {}
+
+
+def refused(argv: list, capsys, out: Path, *needles: str) -> str:
+    """The command exits 2 with one `babelprobe: error:` line holding the needles, and leaves `out` as it
+    was (not created when it did not exist)."""
+    before, existed = snapshot(out), out.exists()
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("babelprobe: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    assert out.exists() == existed and snapshot(out) == before
+    return lines[0]
+
+
+def test_I1_layer_outside_the_store_is_refused_before_fitting(tiny_long_dir, probe_dir, tmp_path, capsys):
+    refused(cli_args(tiny_long_dir, probe_dir / "acts", tmp_path / "o", "--layers", "99"), capsys, tmp_path / "o",
+            "--layers '99': no probe at layer 99; the probes cover layers 0..3")
+
+
+def test_I2_probes_that_do_not_exist(tiny_long_dir, tmp_path, capsys):
+    refused(cli_args(tiny_long_dir, tmp_path / "nowhere", tmp_path / "o"), capsys, tmp_path / "o",
+            f"--probes {tmp_path / 'nowhere'}: no such file or directory")
+
+
+def test_I3_a_language_the_probes_do_not_cover(tiny_long_dir, probe_dir, tmp_path, capsys):
+    argv = cli_args(tiny_long_dir, probe_dir, tmp_path / "o")
+    argv[argv.index("--languages") + 1] = "fr"
+    refused(argv, capsys, tmp_path / "o", "no probes for fr/", "its groups are de/random")
+
+
+def test_I4_bad_settings(tiny_long_dir, probe_dir, tmp_path, capsys):
+    out = tmp_path / "o"
+    refused(cli_args(tiny_long_dir, probe_dir, out, "--method", "erase"), capsys, out, "--method: unknown value 'erase'")
+    refused(cli_args(tiny_long_dir, probe_dir, out, "--alpha", "x"), capsys, out, "--alpha: cannot read")
+    refused(cli_args(tiny_long_dir, probe_dir, out, "--positions", "last", "--readouts", "direct"), capsys, out,
+            "--positions last", "use --readouts probe")
+    refused(cli_args(tiny_long_dir, probe_dir, out, "--readouts", "direct,logits"), capsys, out,
+            "--readouts: unknown value 'logits'")
+
+
+def test_I5_probe_directions_without_probes(tiny_long_dir, tmp_path, capsys):
+    argv = cli_args(tiny_long_dir, "x", tmp_path / "o")
+    del argv[argv.index("--probes"):argv.index("--probes") + 2]
+    refused(argv, capsys, tmp_path / "o", "--method ablate edits along probe directions: give --probes")
+
+
+def test_I6_probes_of_another_model(tiny_dir, probe_dir, tmp_path, capsys):
+    refused(cli_args(tiny_dir, probe_dir / "acts", tmp_path / "o"), capsys, tmp_path / "o",
+            "were fitted on another model (fingerprint")
+
+
+def test_I7_out_holds_another_run(tiny_long_dir, probe_dir, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "intervene.json").write_text(json.dumps({"fingerprint": "another-model", "stages": {}}))
+    (out / "interventions.csv").write_text("pair_id\n")
+    refused(cli_args(tiny_long_dir, probe_dir, out), capsys, out, "this directory holds an intervention run of "
+            "another model", "fingerprint='another-model'", "--overwrite")
 
 
 def test_fresh_probes_from_a_store_and_the_report(tiny_long_dir, probe_dir, tmp_path):
@@ -368,7 +437,8 @@ def test_refit_after_erasing_the_probe_direction_is_cross_fitted():
     no signal its F1 moves far from the unedited refit's); the cross-fitted refit, whose direction is fitted
     on each fold's training rows only, stays with it, and with no edit it is exactly the sweep's refit."""
     from babelprobe.interventions.directions import fitted_direction
-    from babelprobe.interventions.run import Settings, _crossfit_f1, _refit_f1
+    from babelprobe.interventions.probe_edits import _crossfit_f1, _refit_f1
+    from babelprobe.interventions.settings import Settings
     from babelprobe.probes import synthetic_activations
 
     settings, base, leaky, cross = Settings(), [], [], []

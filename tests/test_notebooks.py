@@ -15,9 +15,10 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_are_there():
+def test_the_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_layer_sweep.ipynb",
-                                           "03_compare_methods.ipynb", "05_patching.ipynb"]
+                                           "03_compare_methods.ipynb", "05_patching.ipynb",
+                                           "06_sae_features.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -1,23 +1,28 @@
-"""Summaries and figures of intervention runs (`babelprobe intervene`): does editing the residual stream
-along a probe's direction change the model's own judgement of the same pairs, more than a random edit?
+"""Summaries and figures of intervention runs (`babelprobe intervene`): does an edit inside the model (a
+probe's direction edited, language neurons switched off) change the model's own judgement of the same
+pairs, more than a control edit of the same kind?
 
-    summary = summarize(rows)      # Δ per language × layer × method × α × direction, 95% paired bootstrap
-    sanity(rows)                   # per group × layer × edit: the probe's balanced accuracy after the edit
+    summary = summarize(rows)      # Δ per language × layer × edit × direction, 95% paired bootstrap
+    sanity(rows)                   # probe directions: the probe's balanced accuracy after the edit
     write_figures(summary, "figs/", f1_table=probe.table)
 
-Computed from the per-pair rows (`interventions.csv`) alone. A readout's effect on a pair is its value
-with the edit minus its value without (`correct` as 0/1 for accuracies, margins in nats for direct and
-in the meta rule's units); a cell's effect is the mean over its pairs, with a paired bootstrap interval
-over pairs (`stats.paired_bootstrap`). The random control averages each pair's effect over the random
-directions first (`random`; `draw_min`/`draw_max`: the range of the per-direction means); `probe−random`
-is each pair's probe effect minus that average, so its interval says whether the probe's direction
-does more than a random one edited the same way. A steer is the same size along every direction; an
-ablation is not: it removes each direction's own component, and on models with large constant offsets
-in a few dimensions (Gemma-3-270M) a random unit direction's component is far larger than the probe's
-(the rows' `edit_norm`: median 169 against 11 at its peak layers, ablating to zero). Read the random
-control of a zero ablation with that in mind; `--ablate-to mean` removes only the spread along each
-direction, and the shuffled-label probe is a control of the probe's own kind. Cells: each language and `all`; each layer, and `peak`
-pooling every group at its own peak layer (runs with `--layers peak`).
+Computed from the per-pair rows (`interventions.csv`) alone, whatever their edit source. A readout's
+effect on a pair is its value with the edit minus its value without (`correct` as 0/1 for accuracies,
+margins in nats for direct and in the meta rule's units); a cell's effect is the mean over its pairs,
+with a paired bootstrap interval over pairs (`stats.paired_bootstrap`). Directions: the edit itself
+(`probe`: the probe's direction; `neurons`: the selected neurons) and its controls (`random`: random
+directions or random unselected neurons, each pair's effect averaged over the draws first, `draw_min`
+/ `draw_max` the range of the per-draw means; `shuffled`: a shuffled-label probe's direction);
+`probe−random` (`neurons−random`) is each pair's effect minus the random average, so its interval says
+whether the edit does more than a random one of the same kind. A steer is the same size along every
+direction; an ablation is not: it removes each direction's own component, and on models with large
+constant offsets in a few dimensions (Gemma-3-270M) a random unit direction's component is far larger
+than the probe's (the rows' `edit_norm`: median 169 against 11 at its peak layers, ablating to zero).
+Read the random control of a zero ablation with that in mind; `--ablate-to mean` removes only the
+spread along each direction, and the shuffled-label probe is a control of the probe's own kind.
+Cells: each language and `all`; each edit (`CONFIG`: source, method, ablate_to, positions, α, the
+language switched off); each layer, `peak` pooling every group at its own peak layer (runs with
+`--layers peak`), and `all` for edits at no one layer read without a probe (neurons).
 """
 
 from __future__ import annotations
@@ -45,18 +50,28 @@ READOUTS = {
     "probe_accuracy": ("probe_correct", "probe_correct_base", "Δ probe pair accuracy"),
     "probe_margin": ("probe_margin", "probe_margin_base", "Δ probe margin"),
 }
-CONFIG = ["method", "ablate_to", "positions", "alpha"]
+CONFIG = ["edit_source", "method", "ablate_to", "positions", "alpha", "off"]
+CONTROLS = ("random", "shuffled")
 DIRECTIONS = ("probe", "random", "shuffled", "probe−random")
-COLORS = {"probe": PALETTE[0], "shuffled": PALETTE[1], "random": "0.45"}
+COLORS = {"probe": PALETTE[0], "neurons": PALETTE[0], "shuffled": PALETTE[1], "random": "0.45"}
 
 
 def _rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with their text columns as text (CSV reads an empty `ablate_to` back as NaN)."""
+    """The rows with their text columns as text (CSV reads an empty `ablate_to` back as NaN), and the
+    columns of every edit source (rows of runs made before edit sources: probe directions)."""
     rows = rows.copy()
-    for column in ("ablate_to", "positions", "method", "direction", "layer_rule"):
-        if column in rows.columns:
-            rows[column] = rows[column].astype(object).fillna("").astype(str)
+    if "edit_source" not in rows.columns:
+        rows["edit_source"] = "probe_directions"
+    for column in ("ablate_to", "positions", "method", "direction", "layer_rule", "off", "edit_source"):
+        rows[column] = rows[column].astype(object).fillna("").astype(str) if column in rows.columns else ""
+    if "layer" not in rows.columns:
+        rows["layer"] = np.nan
     return rows
+
+
+def targets(directions) -> list[str]:
+    """The edits themselves among `directions` (not a control, not a difference): probe, neurons, ..."""
+    return [d for d in dict.fromkeys(directions) if d not in CONTROLS and "−" not in str(d)]
 
 
 def readouts_in(rows: pd.DataFrame) -> list[str]:
@@ -78,7 +93,7 @@ def summarize(rows: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataF
     if not effects:
         raise BabelprobeError("the intervention rows have no readout columns (direct_*, meta_*, probe_*)")
     long = pd.concat(effects, ignore_index=True)
-    scopes = [long.assign(layers=long["layer"].astype(int).astype(str))]
+    scopes = [long.assign(layers=[str(int(x)) if pd.notna(x) else "all" for x in long["layer"]])]
     peak = long[long["layer_rule"] == "peak"]
     if len(peak):
         scopes.append(peak.assign(layers="peak", layer=np.nan))
@@ -97,17 +112,16 @@ def summarize(rows: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataF
 
 
 def _layers_rank(value: str) -> float:
-    return -1.0 if value == "peak" else float(value)
+    return -2.0 if value == "all" else -1.0 if value == "peak" else float(value)
 
 
 def _cell_rows(cell: dict, part: pd.DataFrame, n_boot: int, seed: int) -> list[dict]:
     rng = np.random.default_rng([seed, zlib.crc32(repr(sorted(cell.items())).encode())])
-    layer = part["layer"].iloc[0] if cell["layers"] != "peak" else np.nan
+    layer = part["layer"].iloc[0] if cell["layers"] not in ("peak", "all") else np.nan
     per_pair = part.groupby(["direction", "pair_id"])[["delta", "before", "after"]].mean()
+    present = list(per_pair.index.get_level_values(0).unique())
     out = []
-    for direction in ("probe", "random", "shuffled"):
-        if direction not in per_pair.index.get_level_values(0):
-            continue
+    for direction in [*targets(present), *(c for c in CONTROLS if c in present)]:
         d = per_pair.loc[direction]
         low, high = paired_bootstrap(d["delta"].to_numpy(), rng, n_boot) if n_boot else (np.nan, np.nan)
         row = {**cell, "layer": layer, "direction": direction, "value": d["delta"].mean(), "ci_low": low,
@@ -116,10 +130,10 @@ def _cell_rows(cell: dict, part: pd.DataFrame, n_boot: int, seed: int) -> list[d
             draws = part[part["direction"] == "random"].groupby("draw")["delta"].mean()
             row.update(n_draws=len(draws), draw_min=draws.min(), draw_max=draws.max())
         out.append(row)
-    if {"probe", "random"} <= set(per_pair.index.get_level_values(0)):
-        excess = (per_pair.loc["probe", "delta"] - per_pair.loc["random", "delta"]).dropna()
+    for target in targets(present) if "random" in present else ():
+        excess = (per_pair.loc[target, "delta"] - per_pair.loc["random", "delta"]).dropna()
         low, high = paired_bootstrap(excess.to_numpy(), rng, n_boot) if n_boot else (np.nan, np.nan)
-        out.append({**cell, "layer": layer, "direction": "probe−random", "value": excess.mean(), "ci_low": low,
+        out.append({**cell, "layer": layer, "direction": f"{target}−random", "value": excess.mean(), "ci_low": low,
                     "ci_high": high, "n": len(excess)})
     for row in out:
         row["interval"] = "paired bootstrap over pairs" if n_boot else ""
@@ -132,7 +146,8 @@ def sanity(rows: pd.DataFrame) -> pd.DataFrame:
     the cross-validated F1 of a probe refitted on the edited states (ablate, leace; for the probe's own
     direction the erased direction is refitted in each fold on its training rows, `run._crossfit_f1`)."""
     rows = _rows(rows)
-    if "probe_bacc" not in rows.columns:
+    rows = rows[rows["edit_source"] == "probe_directions"]
+    if "probe_bacc" not in rows.columns or rows.empty:
         return pd.DataFrame(columns=["language", "subset", "layer", *CONFIG, "direction", "draw", "probe_bacc"])
     keys = ["language", "subset", "layer", *CONFIG, "direction", "draw"]
     table = rows.groupby(keys, sort=False)[["n_items", "probe_bacc_base", "probe_bacc", "refit_f1_base",
@@ -329,8 +344,10 @@ CAPTIONS = {
 
 
 def figure_plan(summary: pd.DataFrame, f1_table: pd.DataFrame | None) -> list[tuple[str, object, str]]:
-    """[(file name, a function drawing it, caption)] for what the summary has."""
+    """[(file name, a function drawing it, caption)] for what the summary has: by layer, dose–response and
+    F1-vs-effect figures of probe directions (another edit source adds its own figures here)."""
     plan = []
+    summary = summary[summary["edit_source"] == "probe_directions"]
     present = set(summary["readout"])
     layered = summary[summary["layers"] != "peak"]
     for method in summary["method"].drop_duplicates():
@@ -381,21 +398,25 @@ def report_section(results: str | Path, out: str | Path, f1_table: pd.DataFrame 
     runs = find_runs(results)
     if not runs:
         return {}, {}, ""
-    rows = pd.concat([read_table(run / "interventions.csv") for run in runs], ignore_index=True)
-    rows = _rows(rows).drop_duplicates(["pair_id", "layer", *CONFIG, "direction", "draw"])
+    rows = pd.concat([_rows(read_table(run / "interventions.csv")) for run in runs], ignore_index=True)
+    rows = rows.drop_duplicates(["pair_id", "layer", *CONFIG, "direction", "draw"])
     summary, checks = summarize(rows, n_boot, seed), sanity(rows)
     out = Path(out)
     tables = {"intervene_summary": write_table(summary, out / "intervene_summary.csv"),
               "intervene_sanity": write_table(checks, out / "intervene_sanity.csv")}
     figures, captions = {}, {}
     for name, draw, caption in figure_plan(summary, f1_table):
-        figures["intervene_" + name] = save(draw(), out / f"intervene_{name}")
-        captions["intervene_" + name] = caption
+        name = name if name.startswith("lape_") else "intervene_" + name
+        figures[name] = save(draw(), out / name)
+        captions[name] = caption
     parts = ["## Interventions",
-             "Edits of the residual stream along each probe's direction (`babelprobe intervene`, runs: " +
-             ", ".join(f"`{run}`" for run in runs) + "). Effect = readout with the edit − without, mean over "
-             "pairs, 95% paired bootstrap intervals; random: the mean over random directions of equal size.",
-             effect_table(summary).to_markdown(index=False, disable_numparse=True)]
+             "Edits inside the model (`babelprobe intervene`, runs: " + ", ".join(f"`{run}`" for run in runs) +
+             "). Effect = readout with the edit − without, mean over pairs, 95% paired bootstrap intervals; random: "
+             "the mean over the random controls (directions of equal size, or as many random unselected neurons "
+             "per layer)."]
+    for source in summary["edit_source"].drop_duplicates():
+        parts.append(effect_table(summary[summary["edit_source"] == source]).to_markdown(index=False,
+                                                                                         disable_numparse=True))
     lines = sanity_lines(checks)
     if lines:
         parts.append("Sanity check (the probe on the re-extracted states):\n\n" + "\n".join(f"- {x}" for x in lines))
@@ -405,20 +426,35 @@ def report_section(results: str | Path, out: str | Path, f1_table: pd.DataFrame 
     return figures, tables, "\n\n".join(parts) + "\n"
 
 
+def edit_label(cell: dict) -> str:
+    """A cell's edit in words: "ablate zero α=1", "neurons off zh"."""
+    if cell["edit_source"] == "neurons":
+        return f"neurons off {cell['off']}"
+    ablate_to = f" {cell['ablate_to']}" if cell["ablate_to"] else ""
+    return f"{cell['method']}{ablate_to} α={float(cell['alpha']):g}"
+
+
 def effect_table(summary: pd.DataFrame, readouts=("direct_accuracy", "direct_margin", "meta_accuracy")) -> pd.DataFrame:
-    """Per language × edit × readout at the peak layers (or every layer when none were peak runs):
-    the probe's effect, the random directions', and the difference, each with its interval."""
+    """Per language × edit × readout of one edit source, at the peak layers (or every layer when none
+    were peak runs): the edit's effect (a column named after it: probe, neurons), the random
+    controls', the shuffled-label probe's, and the edit's minus the random ones, each with its interval."""
     part = summary[summary["readout"].isin(readouts)]
     part = part[part["layers"] == "peak"] if (part["layers"] == "peak").any() else part
+    if part.empty:
+        return pd.DataFrame()
+    names = targets(part["direction"])
     fmt = lambda r: "" if r is None or pd.isna(r["value"]) else f"{r['value']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}]"  # noqa: E731
+    shown = [*names, *(c for c in CONTROLS if (part["direction"] == c).any()), *(f"{t}−random" for t in names)]
+    cells = ["language", "layers", "layer_rule", *CONFIG, "readout"]
     rows = []
-    for key, cell in part.groupby(["language", "layers", "layer_rule", *CONFIG, "readout"], sort=False):
-        by = {d: cell[cell["direction"] == d].iloc[0] if (cell["direction"] == d).any() else None for d in DIRECTIONS}
-        base = by["probe"] if by["probe"] is not None else next(v for v in by.values() if v is not None)
-        language, layers, _, method, ablate_to, _, alpha, readout = key
-        rows.append({"language": language, "layer": layers, "edit": f"{method}{' ' + ablate_to if ablate_to else ''}"
-                     f" α={alpha:g}", "readout": readout, "pairs": int(base["n"]),
-                     "before": f"{base['before']:.3f}" if pd.notna(base.get("before")) else "",
-                     "probe": fmt(by["probe"]), "random": fmt(by["random"]), "shuffled": fmt(by["shuffled"]),
-                     "probe − random": fmt(by["probe−random"])})
+    for key, cell in part.groupby(cells, sort=False, dropna=False):
+        cell_of = dict(zip(cells, key))
+        by = {d: cell[cell["direction"] == d].iloc[0] if (cell["direction"] == d).any() else None for d in shown}
+        base = next((by[t] for t in names if by[t] is not None), None)
+        base = base if base is not None else next(v for v in by.values() if v is not None)
+        row = {"language": cell_of["language"], "layer": cell_of["layers"], "edit": edit_label(cell_of),
+               "readout": cell_of["readout"], "pairs": int(base["n"]),
+               "before": f"{base['before']:.3f}" if pd.notna(base.get("before")) else ""}
+        row.update({d.replace("−", " − "): fmt(by[d]) for d in shown})
+        rows.append(row)
     return pd.DataFrame(rows)

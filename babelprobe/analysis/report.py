@@ -41,6 +41,7 @@ REPORTS: dict[str, str] = {
     "lens": "babelprobe.analysis.latent:report_lens",
     "align": "babelprobe.analysis.latent:report_align",
     "patch": "babelprobe.analysis.patching:report",
+    "sae": "babelprobe.analysis.sae:report",
 }
 
 

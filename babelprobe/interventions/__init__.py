@@ -1,19 +1,47 @@
-"""Interventions: edit the residual stream along a probe's direction and see whether the model's own
-judgement of the same minimal pairs changes (the causal leg of XCOMPS' neuro reading).
+"""Interventions: switch an edit on inside the model and see whether its own judgement of the same
+minimal pairs changes (the causal leg of XCOMPS' neuro reading), and what a probe then sees.
 
     from babelprobe.interventions import intervene
     result = intervene("default", "xcomps-sample", "cmp/", "cmp/intervene/", layers="peak", methods="ablate")
 
-Modules, one job each: `edits` (the edits and the hooks that apply them inside the forward pass),
-`directions` (probe, random and shuffled-label directions, LEACE erasers, the edit of each method),
-`run` (the runs, the readouts and the tables). Summaries and figures: `babelprobe.analysis.interventions`.
-This package composes extract, probes and the benchmarks' scorers, so it sits at the comparison layer
-(docs/design.md "Layers").
+One runner, several edit sources. The runner (`run`) owns what every intervention shares: the settings
+(`settings.Settings`, one flag each), the input checks before any work, the readouts with and without
+the edit (`readouts`: direct, meta, probe with `bp.load_probes`), the per-pair rows, resuming unit by
+unit (`runs.score_resumably`), the paired-bootstrap summary and the figures
+(`babelprobe.analysis.interventions`). An edit source (`source.EditSource`) owns its edits:
+
+    name       the rows' `edit_source`
+    methods    the --method values it serves (`source.SOURCES` maps each method to its source)
+    unit       the item column the run resumes by (a probe group, a language)
+    columns    the columns it adds to every row (documented in its module)
+    __init__(settings, items, probes, inputs)    its inputs checked before any model loads
+    identity(), check_model(lm), ready(probes), units(items), unit_rows(unit)
+
+Sources: `probe_edits.ProbeDirections` (steer, ablate, leace along probe directions, with random and
+shuffled-label controls; `directions` builds them, `edits` applies them at a layer of the residual
+stream); language neurons and SAE features are the next sources. The package composes extract, probes and the benchmarks'
+scorers, so it sits at the comparison layer (docs/design.md "Layers").
+
+Names are imported when first used: `interventions.settings` (what the CLI needs to build its flags)
+imports no model code.
 """
 
-from babelprobe.interventions.directions import group_directions, load_probe_source, make_edit
-from babelprobe.interventions.edits import Erase, Intervention, Project, Steer, fit_leace
-from babelprobe.interventions.run import InterventionResult, intervene, pooled_states
+from __future__ import annotations
 
-__all__ = ["Erase", "Intervention", "InterventionResult", "Project", "Steer", "fit_leace", "group_directions",
-           "intervene", "load_probe_source", "make_edit", "pooled_states"]
+import importlib
+
+_EXPORTS = {
+    "Erase": "edits", "Intervention": "edits", "Project": "edits", "Steer": "edits", "fit_leace": "edits",
+    "group_directions": "directions", "load_probe_source": "directions", "find_probes": "directions",
+    "make_edit": "directions", "ProbeSource": "directions",
+    "InterventionResult": "run", "intervene": "run", "pooled_states": "readouts", "Unit": "readouts",
+    "Settings": "settings", "EditSource": "source", "SOURCES": "source", "ProbeDirections": "probe_edits",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'babelprobe.interventions' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"babelprobe.interventions.{_EXPORTS[name]}"), name)

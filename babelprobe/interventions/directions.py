@@ -1,12 +1,15 @@
-"""The directions an intervention moves along, and the edits built on them.
+"""The probes an intervention reads and edits along, their directions, and the edits built on them.
 
-Probes come from `load_probe_source(spec)`:
+Probes come from `find_probes(spec, items)`, which checks them without fitting or writing anything:
   - a compare directory (`neuro.csv` and its `neuro.probes.h5`, written by `babelprobe compare`);
   - a probe result (`NAME.csv`/`NAME.parquet` or `NAME.probes.h5`, written by `babelprobe probe`);
   - an activation store (a directory with `manifest.json`, or a compare directory with only `acts/`):
-    fresh probes are fitted by the probe sweep (`babelprobe.probes.sweep`: language × subset groups, 5
-    grouped folds, or fewer when a group has fewer pairs) and kept under OUT/probes/.
-The per-layer F1 table and the peaks come with them (for `--layers peak` and the F1-vs-effect figure).
+    `FreshProbes`, fitted by the probe sweep (`babelprobe.probes.sweep`: language × subset groups, 5
+    grouped folds, or fewer when a group has fewer pairs) once the run starts (`ready(out)`) and kept
+    under OUT/probes/.
+Either says which layers and groups it has (`check(items, layers)`: a one-line error before any work)
+and which model it was made on (`check_model(lm)`). The per-layer F1 table and the peaks come with the
+probes (for `--layers peak` and the F1-vs-effect figure).
 
 For one probe group (language × subset by default) at one layer, `group_directions` gathers, from the
 group's un-intervened states X [n, d] (the probe's pooling) and labels:
@@ -42,10 +45,57 @@ from babelprobe.probes.weights import Probes
 
 METHODS = ("steer", "ablate", "leace")
 ABLATE_TO = ("zero", "mean")
+STORE_GROUPS = ("language", "subset")  # fresh probes from a store: the sweep's default groups
+
+
+class _Checks:
+    """What `ProbeSource` and `FreshProbes` share: their inputs checked against the items, the layers
+    asked for and the model, before any work."""
+
+    origin: Path
+    by: tuple
+    layers: list[int]
+    d_model: int
+    fingerprint: str | None
+
+    def group_keys(self, items: pd.DataFrame) -> list[tuple]:
+        by = list(self.by)
+        items = items[items["label"].isin([0, 1])]
+        return [()] if not by else [tuple(k) for k in items[by].astype(str).drop_duplicates().itertuples(
+            index=False, name=None)]
+
+    def check(self, items: pd.DataFrame, layers: str | None) -> None:
+        """One-line errors: a group of the items without probes here, or a layer (`--layers`, numbers)
+        the probes do not cover."""
+        from babelprobe.extract.layers import parse_layers
+
+        known = self.known_groups()
+        for key in self.group_keys(items):
+            if key not in known:
+                listed = ", ".join("/".join(k) for k in sorted(known)) or "none"
+                raise BabelprobeError(f"--probes {self.origin}: no probes for {'/'.join(key)} "
+                                      f"({', '.join(self.by)}); its groups are {listed}")
+        if layers is not None and str(layers).strip().lower() != "peak":
+            chosen = parse_layers(layers, 10**6)  # the grammar only; the probes' layers below
+            missing = [x for x in chosen if x not in self.layers]
+            if missing:
+                raise BabelprobeError(f"--layers {layers!r}: no probe at layer {missing[0]}; the probes cover layers "
+                                      f"{self.layers[0]}..{self.layers[-1]}")
+
+    def check_model(self, lm) -> None:
+        if self.d_model != lm.d_model:
+            raise BabelprobeError(f"the probes in {self.origin} have {self.d_model} dims, model {lm.name} has "
+                                  f"{lm.d_model}: they were fitted on another model's activations")
+        if self.fingerprint and self.fingerprint != lm.fingerprint:
+            raise BabelprobeError(f"the probes in {self.origin} were fitted on another model (fingerprint "
+                                  f"{self.fingerprint}, this model {lm.fingerprint})")
+
+    def known_groups(self) -> set[tuple]:
+        raise NotImplementedError
 
 
 @dataclass
-class ProbeSource:
+class ProbeSource(_Checks):
     """Probes with their sweep's tables, and where they came from."""
 
     probes: Probes
@@ -59,10 +109,77 @@ class ProbeSource:
     def pool(self) -> str:
         return str(self.probes.settings.get("pool", "last"))
 
+    @property
+    def by(self) -> tuple:
+        return tuple(self.probes.by)
 
-def load_probe_source(spec: str | Path, out: str | Path | None = None, items: pd.DataFrame | None = None,
-                      seed: int = 0, progress: bool = False) -> ProbeSource:
-    """The probes named by `spec` (module docstring); fitted afresh into OUT/probes/ from a store."""
+    @property
+    def layers(self) -> list[int]:
+        return self.probes.layers
+
+    @property
+    def d_model(self) -> int:
+        return self.probes.d_model
+
+    @property
+    def fingerprint(self) -> str | None:
+        return self.probes.settings.get("fingerprint")
+
+    def known_groups(self) -> set[tuple]:
+        if not self.by:
+            return {()}
+        return {tuple(map(str, k)) for k in self.probes.groups[list(self.by)].itertuples(index=False, name=None)}
+
+    def ready(self, out=None, seed: int = 0, progress: bool = False) -> ProbeSource:
+        return self
+
+
+@dataclass
+class FreshProbes(_Checks):
+    """An activation store to fit probes from (`ready` fits them into OUT/probes/neuro.csv)."""
+
+    store: Path
+    items: pd.DataFrame | None = None
+    compare_dir: Path | None = None
+
+    def __post_init__(self):
+        from babelprobe.extract import open_store
+
+        opened = open_store(self.store)
+        self.origin, self.by = self.store, STORE_GROUPS
+        self.layers, self.d_model, self.fingerprint = opened.layers, opened.d_model, opened.fingerprint
+        keys = opened.keys
+        self.keys = keys[keys["label"].isin([0, 1])]
+        self.digest = "store-" + _file_digest(self.store / "manifest.json")
+
+    def known_groups(self) -> set[tuple]:
+        return {tuple(map(str, k)) for k in self.keys[list(self.by)].drop_duplicates().itertuples(index=False,
+                                                                                                  name=None)}
+
+    def check(self, items: pd.DataFrame, layers: str | None) -> None:
+        super().check(items, layers)
+        smallest = int(self.keys.groupby(list(self.by))["pair_id"].nunique().min())
+        if smallest < 2:
+            raise BabelprobeError(f"the store {self.store} has a language × subset group with one pair: too few to "
+                                  "fit probes")
+
+    def ready(self, out, seed: int = 0, progress: bool = False) -> ProbeSource:
+        """Fit the probes (or read those an earlier run of the same identity fitted) into OUT/probes/."""
+        from babelprobe.probes.run import ProbeResult, sweep
+
+        target = Path(out) / "probes" / "neuro.csv"
+        if target.exists() and target.with_name("neuro.probes.h5").exists():
+            result = ProbeResult.read(target)
+        else:
+            smallest = int(self.keys.groupby(list(self.by))["pair_id"].nunique().min())
+            result = sweep(self.store, folds=min(5, smallest), seed=seed, items=self.items, progress=progress)
+            result.write(target)
+        return ProbeSource(result.probes, result.table, result.peaks, target,
+                           _file_digest(result.paths(target)["probes"]), self.compare_dir)
+
+
+def find_probes(spec: str | Path, items: pd.DataFrame | None = None) -> ProbeSource | FreshProbes:
+    """The probes named by `spec` (module docstring), read but not fitted: nothing is written."""
     path = Path(spec)
     if not path.exists():
         raise BabelprobeError(f"--probes {spec}: no such file or directory")
@@ -74,7 +191,7 @@ def load_probe_source(spec: str | Path, out: str | Path | None = None, items: pd
             if not (store / "manifest.json").exists():
                 raise BabelprobeError(f"--probes {spec}: not a compare directory, probe result or activation store "
                                       "(no neuro.csv, no manifest.json, no acts/)")
-            return _fresh_probes(store, out, items, seed, progress, compare_dir)
+            return FreshProbes(store=store, items=items, compare_dir=compare_dir)
     elif path.name.endswith(".probes.h5"):
         stem = path.name.removesuffix(".probes.h5")
         result_file = next((path.with_name(stem + ext) for ext in (".csv", ".parquet")
@@ -84,6 +201,15 @@ def load_probe_source(spec: str | Path, out: str | Path | None = None, items: pd
     else:
         result_file = path
     return _saved_probes(result_file, compare_dir)
+
+
+def load_probe_source(spec: str | Path, out: str | Path | None = None, items: pd.DataFrame | None = None,
+                      seed: int = 0, progress: bool = False) -> ProbeSource:
+    """The probes named by `spec`, fitted afresh into OUT/probes/ when `spec` is a store."""
+    found = find_probes(spec, items)
+    if isinstance(found, FreshProbes) and out is None:
+        raise BabelprobeError("fitting fresh probes from a store needs an output directory to keep them in")
+    return found.ready(out, seed, progress)
 
 
 def _saved_probes(result_file: Path, compare_dir: Path | None) -> ProbeSource:
@@ -103,31 +229,32 @@ def _saved_probes(result_file: Path, compare_dir: Path | None) -> ProbeSource:
     return ProbeSource(result.probes, result.table, result.peaks, result_file, _file_digest(weights), compare_dir)
 
 
-def _fresh_probes(store: Path, out, items, seed: int, progress: bool, compare_dir) -> ProbeSource:
-    from babelprobe.probes.run import sweep
-
-    if out is None:
-        raise BabelprobeError("fitting fresh probes from a store needs an output directory to keep them in")
-    from babelprobe.extract import open_store
-
-    keys = open_store(store).keys
-    keys = keys[keys["label"].isin([0, 1])]
-    smallest = int(keys.groupby(["language", "subset"])["pair_id"].nunique().min())
-    if smallest < 2:
-        raise BabelprobeError(f"the store {store} has a language × subset group with one pair: too few to fit probes")
-    result = sweep(store, folds=min(5, smallest), seed=seed, items=items, progress=progress)
-    target = Path(out) / "probes" / "neuro.csv"
-    result.write(target)
-    return ProbeSource(result.probes, result.table, result.peaks, target, _file_digest(result.paths(target)["probes"]),
-                       compare_dir)
-
-
 def _file_digest(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()[:16]
+
+
+def layer_plan(source: ProbeSource, items: pd.DataFrame, spec: str) -> dict[tuple, list[int]]:
+    """{group key (strings, in `by` order): layers} for the groups of `items`: each group's peak layer
+    (`peak`) or the layers `spec` selects among the probes' layers (`source.check` has checked them)."""
+    from babelprobe.extract.layers import parse_layers
+
+    keys, by = source.group_keys(items), list(source.by)
+    if str(spec).strip().lower() == "peak":
+        peaks = source.peaks.copy()
+        for column in by:
+            peaks[column] = peaks[column].astype(str)
+        peak_of = {tuple(row[by]): int(row["peak_layer"]) for _, row in peaks.iterrows()} if by else \
+            {(): int(peaks["peak_layer"].iloc[0])}
+        missing = [k for k in keys if k not in peak_of]
+        if missing:
+            raise BabelprobeError(f"no peak layer for group {'/'.join(missing[0])} in {source.origin}")
+        return {k: [peak_of[k]] for k in keys}
+    chosen = parse_layers(spec, source.layers)
+    return {k: chosen for k in keys}
 
 
 # ------------------------------------------------------------------------------------ per group × layer

@@ -1,0 +1,154 @@
+"""`babelprobe sae`: an SAE-feature view per language, and the two ways to get an SAE.
+
+    babelprobe sae fetch --release gemma-scope-2-270m-pt-res --sae-id layer_12_width_16k_l0_medium --out saes/l13
+    babelprobe sae train --acts acts/ --layers 6 --width 2048 --out saes/l6
+    babelprobe sae --model default --items xcomps-sample --sae saes/l6 --acts acts/ --out sae/
+    babelprobe report --results sae/
+
+`--sae DIR` is a Gemma Scope 2 folder (params.safetensors [+ config.json]) or a SAELens folder (cfg.json
++ sae_weights.safetensors), read offline; its config says which layer it reads (Gemma Scope 2's
+model.layers.N.output is babelprobe layer N+1). The run writes features.csv (each feature's mean
+activation, firing frequency and monolinguality ν per language, every token but BOS), fit.csv (FVU and
+L0 per language, over every token and over the last-token states), sparse_probe.csv (probes on the k
+features that best separate the classes in each training fold, against the dense probe on the same
+folds), ablate.csv (the direct margins of the same pairs with each language's most specific features
+removed, and random feature sets as controls; joins compare's items.csv on pair_id) and sae.json.
+`sae fetch` needs the network once (huggingface_hub); `sae train` fits a small L1 ReLU SAE on a store's
+last-token states of one layer and saves it in the SAELens layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from babelprobe.cli.common import add_items_options, add_model_options, add_settings_options
+
+
+def register(sub) -> None:
+    from babelprobe.sae.settings import Settings, TrainSettings
+
+    parser = sub.add_parser("sae", help="SAE features per language: monolinguality, fit, sparse probes, ablation; "
+                            "`sae fetch`, `sae train`", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_options(parser)
+    add_items_options(parser)
+    group = parser.add_argument_group("the SAE run")
+    group.add_argument("--sae", metavar="DIR", help="the SAE folder (Gemma Scope 2 or SAELens layout)")
+    group.add_argument("--acts", metavar="DIR", help="activation store of the same model and items holding the SAE's "
+                       "layer (its last-token states feed the sparse probes; default: the run's own pass)")
+    group.add_argument("--out", metavar="DIR", help="output directory")
+    add_settings_options(parser, Settings, "settings (recorded in sae.json)")
+    add_runtime_options(parser)
+    parser.set_defaults(func=run)
+
+    commands = parser.add_subparsers(dest="sae_command", metavar="fetch|train")
+    fetch = commands.add_parser("fetch", help="download a published SAE folder (Gemma Scope 2, SAELens registry)",
+                                description="Download one SAE folder from the Hugging Face hub into OUT, for --sae "
+                                "OUT offline. --release/--sae-id as in SAELens' registry (gemma-scope-2-270m-pt-res "
+                                "+ layer_12_width_16k_l0_medium), or --release ORG/REPO --sae-id FOLDER.")
+    fetch.add_argument("--release", required=True, help="SAELens release (e.g. gemma-scope-2-270m-pt-res) or ORG/REPO")
+    fetch.add_argument("--sae-id", required=True, metavar="ID", help="the SAE's id in the release (or folder in the repo)")
+    fetch.add_argument("--revision", help="hub revision (branch, tag or commit)")
+    fetch.add_argument("--out", required=True, metavar="DIR", help="the folder to create")
+    fetch.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    fetch.set_defaults(func=run_fetch)
+
+    train = commands.add_parser("train", help="train a small L1 ReLU SAE on a store's last-token states",
+                                description="Train an L1-penalised ReLU SAE on the last-token states of one layer of "
+                                "an activation store; write it in the SAELens layout (cfg.json, "
+                                "sae_weights.safetensors) with training.json (settings, FVU and L0 per language).")
+    train.add_argument("--acts", required=True, metavar="DIR", help="activation store")
+    train.add_argument("--out", required=True, metavar="DIR", help="the SAE folder to write")
+    add_settings_options(train, TrainSettings, "training settings (recorded in training.json)")
+    train.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.set_defaults(func=run_train)
+
+
+def add_runtime_options(parser) -> None:
+    group = parser.add_argument_group("running")
+    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="token budget per batch")
+    group.add_argument("--n-boot", type=int, default=1000, metavar="N",
+                       help="bootstrap replicates of the ablation's summary (default 1000)")
+    group.add_argument("--overwrite", action="store_true", help="replace a run of another model, items, SAE or settings")
+    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def run(args) -> int:
+    from babelprobe.cli.common import items_from, load_options, settings_from
+    from babelprobe.errors import BabelprobeError
+    from babelprobe.sae.run import sae_features
+    from babelprobe.sae.settings import Settings
+    from babelprobe.sae.weights import load_sae
+
+    for flag, value in (("--sae", args.sae), ("--out", args.out)):
+        if not value:
+            raise BabelprobeError(f"babelprobe sae needs {flag} (or a subcommand: sae fetch, sae train)")
+    if args.batch_tokens < 1 or args.n_boot < 0:
+        raise BabelprobeError(f"--batch-tokens must be positive and --n-boot 0 or more, got {args.batch_tokens} and "
+                              f"{args.n_boot}")
+    settings = settings_from(args, Settings)
+    items = items_from(args)
+    sae = load_sae(args.sae, layer=int(settings.layers) if settings.layers is not None else None)
+    result = sae_features(args.model, items, sae, args.out, acts=args.acts, settings=settings,
+                          model_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
+                          overwrite=args.overwrite,
+                          progress=not args.no_progress)
+    print(summary(result))
+    return 0
+
+
+def summary(result) -> str:
+    """What `babelprobe sae` prints: the fit, each language's most specific features, sparse vs dense F1."""
+    fit = result.fit
+    lines = [f"SAE {result.sae.get('path')} (layer {result.sae.get('layer')}, {result.sae.get('d_sae')} features, "
+             f"{result.sae.get('architecture')}):"]
+    for states, title in (("tokens", "every token but BOS"), ("last", "the last-token states")):
+        part = fit[fit["states"] == states].set_index("language")
+        if len(part):
+            lines.append(f"  fit on {title}: " + ", ".join(
+                f"{language} FVU {row.fvu:.2f} L0 {row.l0:.1f}" for language, row in part.iterrows()))
+    for language, part in result.features[result.features["rank"] <= 3].groupby("language"):
+        own = part.sort_values("rank")
+        lines.append(f"  {language}: most specific features " + ", ".join(
+            f"#{int(row.feature)} (ν {row.nu:.3g}, freq {row.freq:.2f})" for row in own.itertuples()))
+    probe = result.sparse_probe
+    if len(probe):
+        means = probe.groupby("k")[["f1_mean", "dense_f1"]].mean()
+        lines.append("  sparse vs dense probe F1 (mean over groups): " + ", ".join(
+            f"k={k}: {row.f1_mean:.2f}" for k, row in means.iterrows()) + f"; dense {means['dense_f1'].iloc[0]:.2f}")
+    ablate = result.ablate
+    if len(ablate):
+        delta = (ablate["margin"] - ablate["margin_base"]).groupby(ablate["feature_set"].str.split("-").str[0]).mean()
+        lines.append("  ablation, mean change of the direct margin: " + ", ".join(
+            f"{name} {value:+.3f}" for name, value in delta.items()))
+    lines.append(f"wrote features.csv, fit.csv, sparse_probe.csv, ablate.csv to {result.out}; figures: "
+                 f"babelprobe report --results {result.out}")
+    return "\n".join(lines)
+
+
+def run_fetch(args) -> int:
+    from babelprobe.sae.fetch import fetch_sae
+    from babelprobe.sae.weights import load_sae
+
+    out = fetch_sae(args.release, args.sae_id, args.out, revision=args.revision, overwrite=args.overwrite)
+    sae = load_sae(out)
+    print(f"fetched {args.release} {args.sae_id} into {out}: {sae.architecture}, d_in {sae.d_in}, {sae.d_sae} "
+          f"features, layer {sae.layer} ({sae.hook}); use --sae {out}")
+    return 0
+
+
+def run_train(args) -> int:
+    from babelprobe.cli.common import settings_from
+    from babelprobe.sae.train import TrainSettings, train_sae
+
+    settings = settings_from(args, TrainSettings)
+    result = train_sae(args.acts, args.out, settings, overwrite=args.overwrite, progress=not args.no_progress)
+    fit = result.fit.set_index("language")
+    print(f"trained a {result.sae.d_sae}-feature ReLU SAE on layer {result.sae.layer} of {args.acts} "
+          f"({int(fit.loc['all', 'n_states'])} last-token states): FVU {fit.loc['all', 'fvu']:.3f}, "
+          f"L0 {fit.loc['all', 'l0']:.1f}")
+    print("  per language: " + ", ".join(f"{lang} FVU {row.fvu:.2f} L0 {row.l0:.1f}" for lang, row in fit.iterrows()
+                                         if lang != "all"))
+    print(f"wrote {args.out} (cfg.json, sae_weights.safetensors, training.json); use --sae {args.out}")
+    return 0

@@ -1,0 +1,195 @@
+"""The SAE-feature edit source of `babelprobe intervene` (`--method sae --sae DIR`, DIR a `babelprobe sae`
+directory): remove a language's most specific sparse-autoencoder features from the residual stream and
+read the same minimal pairs as with any edit.
+
+    x' = x − α · Σ_{s∈S} f_s(x) W_dec[s]        at the SAE's layer, every token but BOS
+
+with f the SAE's code of x (`babelprobe.sae.weights.SAE`). For a unit of language L, S is L's `ablate`
+features of highest monolinguality ν (DIR's stats pass, `babelprobe.sae.stats`; `ablate` is DIR's
+setting); each control (`--random N` draws) is a random set of as many features among those that fire
+on L's tokens (freq > 0), other than S, fixed by the seed, L and the draw (`probes.controls.group_rng`).
+An empty S leaves every state as it is. α (`--alpha`, default 1) scales the removal.
+
+Units: the languages, or the probe groups when the probe readout is asked for (it reads each group's
+probe on the states re-read at the SAE's layer). Columns of its rows, after the keys: `layer` (the SAE's),
+`layer_rule` (sae), `method` (sae), `ablate_to` (empty), `positions` (all), `direction` (features: the
+language's; random: a control draw), `draw`, `alpha`, `off` (the language whose features are removed),
+`n_features`, `features` (the indices, space-separated), `n_items`.
+
+`babelprobe sae` runs this source for its ablate.csv (`babelprobe.sae.run`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.interventions.edits import Edit, Intervention
+from babelprobe.interventions.probe_edits import insert_columns
+from babelprobe.interventions.source import EditSource
+from babelprobe.probes.controls import group_rng
+
+
+class FeatureAblation(Edit):
+    """h − α·Σ_{s∈S} f_s(h) W_dec[s] for the SAE features S (module docstring); with `skip_first`, each
+    row's first position (BOS) is left as it is. Only S's pre-activations are computed for a JumpReLU or
+    ReLU SAE (f_s depends on its own alone); a top-k SAE's code needs all of them."""
+
+    def __init__(self, sae, features, skip_first: bool = True, alpha: float = 1.0):
+        super().__init__()
+        self.sae, self.skip_first, self.alpha = sae, skip_first, float(alpha)
+        self.features = np.asarray(sorted({int(s) for s in features}), dtype=np.int64)
+        self._on: dict = {}
+
+    def parts(self, device: torch.device) -> dict:
+        """The SAE's tensors restricted to S, on `device` (copied once)."""
+        key = str(device)
+        if key not in self._on:
+            sae, index = self.sae, torch.as_tensor(self.features)
+            parts = {"W_dec": sae.W_dec.index_select(0, index), "W_enc": sae.W_enc.index_select(1, index),
+                     "b_enc": sae.b_enc.index_select(0, index), "b_dec": sae.b_dec,
+                     "threshold": sae.threshold.index_select(0, index) if sae.threshold is not None else None,
+                     "norms": sae.W_dec.norm(dim=-1).index_select(0, index)}
+            self._on[key] = {name: t.to(device) if t is not None else None for name, t in parts.items()}
+        return self._on[key]
+
+    def codes(self, h: torch.Tensor) -> torch.Tensor:
+        """f_S(h) [..., |S|]: the codes of S, as the SAE's `encode` gives them."""
+        sae = self.sae
+        if sae.architecture == "topk":
+            return sae.to(h.device).encode(h)[..., torch.as_tensor(self.features, device=h.device)]
+        p = self.parts(h.device)
+        x = h - p["b_dec"] if sae.apply_b_dec_to_input else h
+        pre = x @ p["W_enc"] + p["b_enc"]
+        if sae.architecture == "jumprelu":
+            return pre.relu() * (pre > p["threshold"])
+        return pre.relu()
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if len(self.features) == 0:
+            return h
+        p = self.parts(h.device)
+        f = self.codes(h)
+        if self.sae.architecture == "topk" and self.sae.rescale_acts_by_decoder_norm:
+            f = f / p["norms"]
+        edited = h - self.alpha * (f @ p["W_dec"])
+        if self.skip_first and h.ndim == 3:
+            edited[:, 0] = h[:, 0]
+        return edited
+
+
+def read_sae_run(path: str | Path) -> dict:
+    """A `babelprobe sae` directory's manifest and stats pass: {manifest, stats, sae}; one-line errors when
+    it is not one or its stats pass has not finished."""
+    from babelprobe.sae.run import MANIFEST, STATS
+    from babelprobe.sae.stats import SAEStats
+    from babelprobe.sae.weights import load_sae
+
+    path = Path(path)
+    if not (path / MANIFEST).exists():
+        raise BabelprobeError(f"--sae {path}: not a `babelprobe sae` directory (no {MANIFEST}); run `babelprobe sae` "
+                              "into it first")
+    if not (path / STATS).exists():
+        raise BabelprobeError(f"--sae {path}: its stats pass has not finished (no {STATS}); run the same "
+                              "`babelprobe sae` command again")
+    manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    sae = load_sae(manifest["sae_path"], layer=manifest.get("layer"))
+    return {"manifest": manifest, "stats": SAEStats.load(path / STATS), "sae": sae}
+
+
+def feature_sets(stats, n_features: int, n_random: int, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    """{language: {"features": its n_features features of highest ν, "random-K": the K-th control set}}
+    from a stats pass (`babelprobe.sae.stats.SAEStats`; module docstring)."""
+    top = stats.top_features(n_features)
+    sets = {}
+    for g, language in enumerate(stats.languages):
+        chosen = {"features": top[language]}
+        pool = np.setdiff1d(np.flatnonzero(stats.count[g] > 0), top[language])
+        for draw in range(n_random):
+            rng = group_rng(seed, f"sae features {language}", f"random {draw}")
+            chosen[f"random-{draw}"] = np.sort(rng.choice(pool, min(len(top[language]), len(pool)), replace=False))
+        sets[language] = chosen
+    return sets
+
+
+class SAEFeatures(EditSource):
+    """A language's SAE features removed (module docstring)."""
+
+    name = "sae_features"
+    methods = ("sae",)
+    columns = ("layer", "layer_rule", "method", "ablate_to", "positions", "direction", "draw", "alpha", "off",
+               "n_features", "features", "n_items")
+
+    def __init__(self, settings, items: pd.DataFrame, probes, inputs: dict):
+        super().__init__(settings, items, probes, {k: v for k, v in inputs.items() if k != "sae"})
+        if inputs.get("sae") is None:
+            raise BabelprobeError("--method sae removes SAE features: give --sae DIR (a `babelprobe sae` directory)")
+        self.path = Path(inputs["sae"])
+        run = read_sae_run(self.path)
+        self.manifest, self.stats, self.sae = run["manifest"], run["stats"], run["sae"]
+        n_features = int(self.manifest.get("ablate", 0))
+        if n_features < 1:
+            raise BabelprobeError(f"--sae {self.path} was run with --ablate 0: it names no features to remove")
+        unknown = sorted(set(items["language"].astype(str)) - set(self.stats.languages))
+        if unknown:
+            raise BabelprobeError(f"--sae {self.path}: no features of language {unknown[0]} (its stats pass covers "
+                                  f"{', '.join(self.stats.languages)})")
+        self.sets = feature_sets(self.stats, n_features, settings.n_random, settings.seed)
+        self.unit = "probe_group" if probes is not None and "probe" in settings.readouts else "language"
+        if self.unit == "probe_group":
+            probes.check(items, str(self.sae.layer))
+
+    def identity(self) -> dict:
+        from babelprobe.sae.run import STATS
+        from babelprobe.sae.weights import file_digest
+
+        return {"sae": self.manifest.get("sae"), "sae_stats": file_digest(self.path / STATS),
+                "sae_layer": self.sae.layer}
+
+    def check_model(self, lm) -> None:
+        from babelprobe.sae.weights import check_fits
+
+        made_with = self.manifest.get("fingerprint")
+        if made_with != lm.fingerprint:
+            raise BabelprobeError(f"--sae {self.path} was made with another model (fingerprint {made_with}, this model "
+                                  f"{lm.fingerprint})")
+        check_fits(self.sae, lm.d_model, lm.n_layers)
+
+    def units(self, items: pd.DataFrame) -> pd.DataFrame:
+        items = items[items["label"].isin([0, 1])].copy()
+        if self.unit == "probe_group":
+            by = list(self.probes.by)
+            items["probe_group"] = items[by].astype(str).agg("/".join, axis=1) if by else "all"
+        return items
+
+    def unit_rows(self, unit) -> pd.DataFrame:
+        settings, items, layer = self.settings, unit.items, self.sae.layer
+        language = str(items["language"].iloc[0])
+        probes = self.probes if self.unit == "probe_group" else None
+        by = list(probes.by) if probes is not None else []
+        group = dict(zip(by, items[by].astype(str).iloc[0])) if by else None
+        layers = [layer] if probes is not None else []
+        base = unit.read(None, layers)
+        probe = probes.probes.probe(group, layer) if probes is not None else None
+        before = unit.probe_readout(probe, base.states.get(layer)) if probe is not None else {}
+        skip_first = unit.lm.bos_policy == "bos"
+        frames = []
+        for alpha in settings.alphas_for("sae"):
+            for name, features in self.sets[language].items():
+                direction, _, draw = name.partition("-")
+                after = unit.read(Intervention(unit.lm, {layer: FeatureAblation(self.sae, features, skip_first, alpha)}),
+                                  layers)
+                after_probe = unit.probe_readout(probe, after.states.get(layer)) if probe is not None else {}
+                frame = unit.frame(base, after, before, after_probe, keys=by)
+                labels = {"layer": layer, "layer_rule": "sae", "method": "sae", "ablate_to": "", "positions": "all",
+                          "direction": direction, "draw": int(draw or 0), "alpha": alpha, "off": language,
+                          "n_features": len(features), "features": " ".join(map(str, features)),
+                          "n_items": len(items)}
+                frames.append(insert_columns(frame, labels, after=len(dict.fromkeys(
+                    ["pair_id", "language", "subset", *by]))))
+        return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,86 @@
+"""The settings of `babelprobe intervene` (and `bp.intervene`): every option that changes its numbers,
+declared once (babelprobe.settings); the CLI builds its flags from them. Importing this module imports
+no model code, so `babelprobe intervene --help` stays fast."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.settings import as_tuple, at_least, each_of, one_of, option, settings_record
+
+READOUTS = ("direct", "meta", "probe")
+METHODS = ("steer", "ablate", "leace", "sae")  # interventions.source.SOURCES says which source serves each
+POSITIONS = ("all", "last")
+ABLATE_TO = ("zero", "mean")
+DEFAULT_ALPHAS = {"steer": (-4.0, -2.0, 0.0, 2.0, 4.0), "ablate": (1.0,), "leace": (1.0,), "sae": (1.0,)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What changes the numbers of an intervention run (recorded in intervene.json)."""
+
+    methods: tuple[str, ...] = option(("ablate",), "steer, ablate, leace (edits along probe directions), sae (SAE "
+                                      "features removed, --sae); a comma list of one kind", flag="--method",
+                                      metavar="LIST")
+    layers: str = option("peak", "'peak' (each probe group's peak layer) or layers like 6 or 0-4,12: where probe "
+                         "directions are edited, and where the probe readout reads", metavar="LAYERS")
+    readouts: tuple[str, ...] = option((), "direct, meta, probe (default: direct and meta, and probe with --probes)",
+                                       metavar="LIST")
+    alphas: tuple[float, ...] = option((), "strengths, written --alpha=-4,-2,0,2,4 ('=' when the list starts with a "
+                                       "minus): steer in standard deviations along the direction (default "
+                                       "-4,-2,0,2,4); ablate and leace the fraction of the edit (default 1)",
+                                       flag="--alpha", metavar="LIST")
+    ablate_to: str = option("zero", "ablate: project the direction out (zero) or set the component to the mean of "
+                            "the two class means (mean)", choices=ABLATE_TO)
+    positions: str = option("all", "edit every token (all) or each text's last token (last; probe readout only)",
+                            choices=POSITIONS)
+    n_random: int = option(3, "random controls: unit directions edited like the probe's", flag="--random",
+                           metavar="N")
+    shuffled: bool = option(True, "the shuffled-label probe's direction as a control (probe directions)")
+    seed: int = option(0, "seed of the random controls, the label shuffle and the bootstrap")
+    reduction: str | None = option(None, "direct and meta score reduction (default: the compare run's, else sum)")
+    rule: str | None = option(None, "meta rule: sum, both or first (default: the compare run's, else sum)")
+    prompts: str | None = option(None, "meta prompt set (default: the compare run's, else xcomps)",
+                                 metavar="NAME|FILE.tsv")
+    refit_folds: int = option(5, "folds of the probe refitted on edited states", cli=False)
+
+    def __post_init__(self):
+        for name in ("methods", "readouts"):
+            object.__setattr__(self, name, as_tuple(getattr(self, name)))
+        object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
+        each_of(self, "methods", METHODS)
+        if self.readouts:
+            each_of(self, "readouts", READOUTS)
+        one_of(self, "ablate_to", ABLATE_TO)
+        one_of(self, "positions", POSITIONS)
+        at_least(self, "n_random", 0)
+        at_least(self, "refit_folds", 2)
+        try:
+            alphas = tuple(float(a) for a in as_tuple(self.alphas))
+        except ValueError as err:
+            raise BabelprobeError(f"--alpha: cannot read {self.alphas!r}; use numbers like -4,-2,0,2,4") from err
+        if not np.isfinite(alphas).all():
+            raise BabelprobeError(f"--alpha needs finite numbers, got {','.join(map(str, alphas))}")
+        object.__setattr__(self, "alphas", tuple(dict.fromkeys(alphas)))
+        if self.positions == "last" and self.readouts and set(self.readouts) != {"probe"}:
+            raise BabelprobeError("--positions last edits each text's last token, which no direct or meta score reads; "
+                                  "use --readouts probe")
+        if self.rule is not None:
+            from babelprobe.benchmarks.meta import RULES
+
+            one_of(self, "rule", RULES)
+        if self.reduction is not None:
+            from babelprobe.benchmarks.core.logprobs import REDUCTIONS
+
+            one_of(self, "reduction", REDUCTIONS)
+
+    def alphas_for(self, method: str) -> tuple[float, ...]:
+        """The strengths run for `method`: --alpha, else the method's default."""
+        return self.alphas or DEFAULT_ALPHAS[method]
+
+    def record(self) -> dict:
+        """The settings as JSON, with each method's strengths resolved (the run's identity)."""
+        return {**settings_record(self), "alphas": {m: list(self.alphas_for(m)) for m in self.methods}}

@@ -1,0 +1,321 @@
+"""The SAE view (`babelprobe.sae`, `babelprobe sae`): both weight layouts, SAELens' encode/decode against
+numpy, a trained SAE's fit, monolinguality against hand means, the hook against the store, feature
+ablation, and the bad-input catalogue (docs/reliability.md S1-S5). No downloads: every SAE is made here."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import babelprobe as bp
+from babelprobe.cli import main
+from babelprobe.sae.stats import SAEStats, sae_stats
+from babelprobe.sae.weights import SAE, load_sae, save_sae
+from tests.tiny import tiny_lm
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# --------------------------------------------------------------------------------------- fixtures
+
+def planted(d_in: int = 4, d_sae: int = 6, seed: int = 0) -> dict:
+    """A JumpReLU SAE in Gemma Scope 2 spelling: feature s reads (and writes) coordinate s mod d_in, with
+    sign ±1, and has the known threshold θ_s = 0.1·(s + 1); biases are small and random."""
+    g = torch.Generator().manual_seed(seed)
+    w_enc = torch.zeros(d_in, d_sae)
+    for s in range(d_sae):
+        w_enc[s % d_in, s] = 1.0 if s < d_in else -1.0
+    return {"w_enc": w_enc, "w_dec": w_enc.T.clone() * 0.5, "b_enc": 0.05 * torch.randn(d_sae, generator=g),
+            "b_dec": 0.1 * torch.randn(d_in, generator=g), "threshold": 0.1 * torch.arange(1, d_sae + 1).float()}
+
+
+def gemma_scope_folder(path, tensors: dict, layer: int, config: bool = True):
+    path.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "params.safetensors"))
+    if config:
+        (path / "config.json").write_text(json.dumps({"architecture": "jump_relu",
+                                                      "hf_hook_point_in": f"model.layers.{layer - 1}.output"}))
+    return path
+
+
+def saelens_folder(path, tensors: dict, layer: int, architecture: str = "jumprelu", **cfg):
+    path.mkdir(parents=True)
+    names = {"w_enc": "W_enc", "w_dec": "W_dec", "b_enc": "b_enc", "b_dec": "b_dec", "threshold": "threshold"}
+    save_file({names[k]: v.contiguous() for k, v in tensors.items()}, str(path / "sae_weights.safetensors"))
+    d_in, d_sae = tensors["w_enc"].shape
+    config = {"architecture": architecture, "d_in": d_in, "d_sae": d_sae, "dtype": "float32",
+              "apply_b_dec_to_input": False, "normalize_activations": "none",
+              "metadata": {"hook_name": f"blocks.{layer - 1}.hook_resid_post", "sae_lens_version": "6.0.0"}, **cfg}
+    (path / "cfg.json").write_text(json.dumps(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_store(tmp_path_factory):
+    """The tiny Gemma-3-style model, a small multilingual item set and its store (every layer, last and mean)."""
+    root = tmp_path_factory.mktemp("sae")
+    lm = tiny_lm("gemma3")
+    items = bp.load_items("xcomps-sample", languages=["en", "de", "zh"], limit=4)
+    bp.extract_activations(lm, items, root / "acts", pool="both", progress=False)
+    return root, lm, items
+
+
+# ---------------------------------------------------------------------------------- weights, layouts
+
+def test_both_layouts_load_identically(tmp_path):
+    tensors = planted()
+    a = load_sae(gemma_scope_folder(tmp_path / "gs", tensors, layer=4))
+    b = load_sae(saelens_folder(tmp_path / "sl", tensors, layer=4))
+    assert a.layout == "gemma-scope-2" and b.layout == "saelens"
+    assert a.layer == b.layer == 4 and a.architecture == b.architecture == "jumprelu"
+    for name in ("W_enc", "W_dec", "b_enc", "b_dec", "threshold"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    x = torch.randn(50, 4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a.encode(x), b.encode(x)) and torch.equal(a.decode(a.encode(x)), b.decode(b.encode(x)))
+    # the planted structure: feature s fires exactly when its pre-activation passes its own threshold
+    pre = (x @ tensors["w_enc"] + tensors["b_enc"]).numpy()
+    assert np.array_equal(a.encode(x).numpy() > 0, pre > tensors["threshold"].numpy())
+    # a Gemma Scope 2 folder without config.json: the folder's name says the layer (resid_post/layer_N)
+    c = load_sae(gemma_scope_folder(tmp_path / "resid_post" / "layer_3_width_16k_l0_small", tensors, 0, config=False))
+    assert c.layer == 4 and c.hook == "model.layers.3.output"
+    # and save_sae writes both layouts back
+    for layout in ("saelens", "gemma-scope-2"):
+        again = load_sae(save_sae(a, tmp_path / f"again-{layout}", layout=layout))
+        assert again.layer == 4 and torch.equal(again.encode(x), a.encode(x))
+
+
+def _reference(x, W_enc, W_dec, b_enc, b_dec, apply_b_dec, architecture, threshold=None, k=None):
+    """SAELens' encode and decode written out in numpy (module docstring of babelprobe.sae.weights)."""
+    pre = (x - b_dec * apply_b_dec) @ W_enc + b_enc
+    if architecture == "jumprelu":
+        f = np.maximum(pre, 0) * (pre > threshold)
+    elif architecture == "standard":
+        f = np.maximum(pre, 0)
+    else:
+        f = np.zeros_like(pre)
+        top = np.argsort(-pre, axis=1)[:, :k]
+        np.put_along_axis(f, top, np.maximum(np.take_along_axis(pre, top, 1), 0), 1)
+    return f, f @ W_dec + b_dec
+
+
+@pytest.mark.parametrize("apply_b_dec", [False, True])
+@pytest.mark.parametrize("architecture", ["jumprelu", "standard", "topk"])
+def test_encode_decode_equal_numpy_on_a_hand_case(architecture, apply_b_dec):
+    # 2-d inputs, 3 features
+    W_enc = np.array([[1.0, -0.5, 0.25], [0.5, 1.0, -1.0]], dtype=np.float32)
+    W_dec = np.array([[1.0, 0.0], [0.0, 2.0], [-1.0, 1.0]], dtype=np.float32)
+    b_enc = np.array([0.1, -0.2, 0.0], dtype=np.float32)
+    b_dec = np.array([0.5, -0.5], dtype=np.float32)
+    threshold = np.array([0.3, 0.3, 0.3], dtype=np.float32)
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.5]], dtype=np.float32)
+    sae = SAE(W_enc=torch.tensor(W_enc), W_dec=torch.tensor(W_dec), b_enc=torch.tensor(b_enc),
+              b_dec=torch.tensor(b_dec), architecture=architecture,
+              threshold=torch.tensor(threshold) if architecture == "jumprelu" else None,
+              k=1 if architecture == "topk" else None, apply_b_dec_to_input=apply_b_dec, layer=1)
+    f = sae.encode(torch.tensor(x)).numpy()
+    want_f, want_x = _reference(x, W_enc, W_dec, b_enc, b_dec, apply_b_dec, architecture, threshold, k=1)
+    np.testing.assert_allclose(f, want_f, atol=1e-6)
+    np.testing.assert_allclose(sae.decode(torch.tensor(f)).numpy(), want_x, atol=1e-6)
+    if architecture == "jumprelu" and not apply_b_dec:
+        # by hand: x = (1, 0) gives pre = (1.1, −0.7, 0.25): only feature 0 passes θ = 0.3
+        np.testing.assert_allclose(f[0], [1.1, 0.0, 0.0], atol=1e-6)
+        np.testing.assert_allclose(sae.decode(torch.tensor(f))[0].numpy(), [1.6, -0.5], atol=1e-6)
+
+
+@pytest.mark.parametrize("architecture", ["jumprelu", "standard", "topk"])
+def test_sae_lens_agrees_when_installed(tmp_path, architecture):
+    sae_lens = pytest.importorskip("sae_lens")
+    g = torch.Generator().manual_seed(2)
+    sae = SAE(W_enc=torch.randn(8, 16, generator=g), W_dec=torch.randn(16, 8, generator=g),
+              b_enc=torch.randn(16, generator=g), b_dec=torch.randn(8, generator=g), architecture=architecture,
+              threshold=torch.rand(16, generator=g) if architecture == "jumprelu" else None,
+              k=3 if architecture == "topk" else None, apply_b_dec_to_input=architecture != "jumprelu", layer=2)
+    theirs = sae_lens.SAE.load_from_disk(save_sae(sae, tmp_path / "sae"))
+    x = torch.randn(20, 8, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(sae.encode(x), theirs.encode(x))
+        torch.testing.assert_close(sae.decode(sae.encode(x)), theirs.decode(theirs.encode(x)))
+
+
+# ------------------------------------------------------------------------------------- the stats pass
+
+def test_monolinguality_equals_hand_means():
+    # μ per language (rows: en, de, zh) and feature (columns), from sums over 2, 4 and 5 tokens
+    mu = np.array([[1.0, 0.0], [0.5, 2.0], [0.2, 0.4]])
+    n = np.array([2, 4, 5])
+    stats = SAEStats(layer=1, languages=["de", "en", "zh"], n_tokens=n, sum_f=mu * n[:, None],
+                     count=np.ones((3, 2)), sq_error=np.zeros(3), sum_x=np.zeros((3, 2)), sum_sq=np.ones(3))
+    # ν = μ_L − mean of the other two languages' μ, by hand
+    want = np.array([[1.0 - (0.5 + 0.2) / 2, 0.0 - (2.0 + 0.4) / 2],
+                     [0.5 - (1.0 + 0.2) / 2, 2.0 - (0.0 + 0.4) / 2],
+                     [0.2 - (1.0 + 0.5) / 2, 0.4 - (0.0 + 2.0) / 2]])
+    np.testing.assert_allclose(stats.nu(), want)
+    assert stats.ranks().tolist() == [[1, 2], [2, 1], [1, 2]]
+    table = stats.features(top=1)
+    assert set(table["feature"]) == {0, 1} and len(table) == 6
+
+
+def _hooked_token_states(lm, texts, block: int) -> list[torch.Tensor]:
+    """Each text's hidden states at `model.model.layers[block]`'s output, read by our own hook, one text
+    at a time (no padding)."""
+    caught = {}
+    handle = lm.model.model.layers[block].register_forward_hook(
+        lambda module, args, output: caught.__setitem__("h", output[0] if isinstance(output, tuple) else output))
+    states = []
+    try:
+        for encoding in lm.encode(texts):
+            with torch.no_grad():
+                lm.model(torch.tensor([encoding.ids]))
+            states.append(caught["h"][0].clone())
+    finally:
+        handle.remove()
+    return states
+
+
+def test_hooked_output_equals_store_layer_and_the_pass_counts_every_token_but_bos(tiny_store):
+    root, lm, items = tiny_store
+    block = 1  # model.layers.1.output = babelprobe layer 2
+    hooked = _hooked_token_states(lm, items["text"].tolist(), block)
+    store = bp.open_store(root / "acts")
+    np.testing.assert_allclose(np.stack([h[-1].numpy() for h in hooked]), store.read(block + 1, pool="last"),
+                               rtol=1e-5, atol=1e-5)
+    g = torch.Generator().manual_seed(3)
+    sae = SAE(W_enc=torch.randn(32, 24, generator=g), W_dec=torch.randn(24, 32, generator=g) * 0.2,
+              b_enc=torch.randn(24, generator=g) * 0.1, b_dec=torch.randn(32, generator=g) * 0.1,
+              threshold=torch.rand(24, generator=g), layer=block + 1, hook=f"model.layers.{block}.output")
+    stats = sae_stats(lm, items, sae, batch_tokens=64)
+    np.testing.assert_allclose(stats.last, store.read(block + 1, pool="last"), rtol=1e-5, atol=1e-5)
+    for g_index, language in enumerate(stats.languages):
+        tokens = torch.cat([h[1:] for h, lang in zip(hooked, items["language"]) if lang == language])  # BOS out
+        f = sae.encode(tokens)
+        assert stats.n_tokens[g_index] == len(tokens)
+        np.testing.assert_allclose(stats.sum_f[g_index], f.double().sum(0).numpy(), rtol=1e-4, atol=1e-4)
+        np.testing.assert_array_equal(stats.count[g_index], (f > 0).sum(0).numpy())
+        error = float((tokens - sae.decode(f)).double().square().sum())
+        variance = float((tokens.double() - tokens.double().mean(0)).square().sum())
+        assert stats.fit().set_index("language").loc[language, "fvu"] == pytest.approx(error / variance, rel=1e-4)
+
+
+def test_sae_trained_on_a_tiny_store_explains_most_variance(tiny_store, tmp_path):
+    root, lm, items = tiny_store
+    result = bp.train_sae(root / "acts", tmp_path / "sae", layers=2, width=64, steps=300, l1=0.3)
+    fit = result.fit.set_index("language")
+    assert fit.loc["all", "fvu"] < 0.5 and 0 < fit.loc["all", "l0"] < 64
+    sae = load_sae(tmp_path / "sae")  # SAELens layout, read back: the same codes
+    assert sae.layer == 2 and sae.architecture == "standard" and sae.apply_b_dec_to_input
+    states = torch.as_tensor(bp.open_store(root / "acts").read(2, pool="last"))
+    torch.testing.assert_close(sae.encode(states), result.sae.encode(states))
+
+
+# --------------------------------------------------------------------------------------------- ablation
+
+def test_ablating_an_empty_feature_set_changes_nothing(tiny_store):
+    from babelprobe.interventions.edits import Intervention
+    from babelprobe.interventions.sae_features import FeatureAblation
+
+    _, lm, items = tiny_store
+    sae = load_sae_like(lm, layer=2)
+    before = bp.score_direct(lm, items, progress=False)
+    with Intervention(lm, {2: FeatureAblation(sae, [])}):
+        after = bp.score_direct(lm, items, progress=False)
+    pd.testing.assert_frame_equal(before, after)
+    # a non-empty set does change them, and only its features' share of the reconstruction is removed
+    h = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(4))
+    edit = FeatureAblation(sae, [0, 3], skip_first=True)
+    f = sae.encode(h)
+    want = h - f[..., [0, 3]] @ sae.W_dec[[0, 3]]
+    want[:, 0] = h[:, 0]
+    torch.testing.assert_close(edit(h), want)
+
+
+def load_sae_like(lm, layer: int) -> SAE:
+    g = torch.Generator().manual_seed(5)
+    return SAE(W_enc=torch.randn(lm.d_model, 16, generator=g), W_dec=torch.randn(16, lm.d_model, generator=g),
+               b_enc=torch.zeros(16), b_dec=torch.zeros(lm.d_model), threshold=torch.full((16,), 0.1), layer=layer)
+
+
+# ------------------------------------------------------------------------------------- the whole command
+
+def test_cli_train_run_and_report(tiny_store, tmp_path, capsys, tiny_dir):
+    root, _, _ = tiny_store
+    items = tmp_path / "items.jsonl"
+    bp.write_items(bp.load_items("xcomps-sample", languages=["en", "de"], limit=3), items)
+    acts = tmp_path / "acts"
+    assert main(["extract", "--model", str(tiny_dir), "--items", str(items), "--out", str(acts), "--no-progress"]) == 0
+    assert main(["sae", "train", "--acts", str(acts), "--layer", "2", "--width", "32", "--steps", "100",
+                 "--out", str(tmp_path / "sae")]) == 0
+    assert "trained a 32-feature ReLU SAE on layer 2" in capsys.readouterr().out
+    out = tmp_path / "run"
+    argv = ["sae", "--model", str(tiny_dir), "--items", str(items), "--sae", str(tmp_path / "sae"), "--acts", str(acts),
+            "--out", str(out), "--ks", "1,4", "--folds", "3", "--ablate", "2", "--random", "1", "--n-boot", "50", "--no-progress"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "sparse vs dense probe F1" in printed and "ablation" in printed
+    fit, probes = pd.read_csv(out / "fit.csv"), pd.read_csv(out / "sparse_probe.csv")
+    assert set(fit["states"]) == {"tokens", "last"} and set(fit["language"]) == {"en", "de", "all"}
+    assert sorted(probes["k"].unique()) == [1, 4] and probes["dense_f1"].notna().all()
+    ablate = pd.read_csv(out / "ablate.csv")
+    assert list(ablate.columns[:8]) == ["pair_id", "language", "subset", "feature_set", "method", "margin",
+                                        "margin_base", "correct"]
+    assert set(ablate["feature_set"]) == {"language", "random-0"}
+    assert (out / "ablate" / "summary.csv").exists()  # the interventions runner's own summary
+    # a rerun reuses every stage
+    assert main(argv) == 0
+    assert main(["report", "--results", str(out)]) == 0
+    written = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert written == ["sae_ablation.png", "sae_fit.png", "sae_monolinguality.png", "sae_vs_dense.png"]
+
+
+# ------------------------------------------------------------------------ bad input (reliability S1-S5)
+
+def fails(argv: list, capsys, needle: str, out) -> None:
+    """The CLI exits 2 with one error line holding `needle` and no traceback, and `out` was not created."""
+    assert main([str(a) for a in argv]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("babelprobe: error:")]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def _run_argv(tiny_dir, sae, out):
+    return ["sae", "--model", tiny_dir, "--items", "xcomps-sample", "--languages", "en,de", "--limit", "2",
+            "--sae", sae, "--out", out, "--folds", "2", "--no-progress"]
+
+
+def test_S1_sae_of_another_width(tmp_path, capsys, tiny_dir):
+    sae = gemma_scope_folder(tmp_path / "wide", planted(d_in=1152, d_sae=8), layer=2)
+    fails(_run_argv(tiny_dir, sae, tmp_path / "out"), capsys, "SAE d_in 1152 ≠ model d_model 32", tmp_path / "out")
+
+
+def test_S2_layer_beyond_the_model(tmp_path, capsys, tiny_dir):
+    sae = gemma_scope_folder(tmp_path / "deep", planted(d_in=32, d_sae=8), layer=21)
+    fails(_run_argv(tiny_dir, sae, tmp_path / "out"), capsys, "reads layer 21 (model.layers.20.output), beyond the "
+          "model's layers 0..3", tmp_path / "out")
+
+
+def test_S3_unknown_architecture(tmp_path, capsys, tiny_dir):
+    sae = saelens_folder(tmp_path / "gated", planted(d_in=32, d_sae=8), layer=2, architecture="gated")
+    fails(_run_argv(tiny_dir, sae, tmp_path / "out"), capsys, "unknown architecture 'gated'", tmp_path / "out")
+
+
+def test_S4_missing_tensor_is_named(tmp_path, capsys, tiny_dir):
+    tensors = planted(d_in=32, d_sae=8)
+    del tensors["threshold"]
+    sae = gemma_scope_folder(tmp_path / "nothreshold", tensors, layer=2)
+    fails(_run_argv(tiny_dir, sae, tmp_path / "out"), capsys, "has no tensor 'threshold'", tmp_path / "out")
+
+
+def test_S5_fetch_offline(tmp_path, capsys, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, when it was imported
+    fails(["sae", "fetch", "--release", "gemma-scope-2-270m-pt-res", "--sae-id", "layer_12_width_16k_l0_medium",
+           "--out", tmp_path / "fetched"], capsys,
+          "cannot reach huggingface.co; fetch the folder elsewhere, pass --sae DIR", tmp_path / "fetched")
+    assert not any(p.name.startswith(".fetched") for p in tmp_path.iterdir())
