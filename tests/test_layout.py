@@ -23,7 +23,7 @@ LAYERS = [
     ("benchmarks", ["benchmarks"]),
     ("latent", ["latent"]),
     ("analysis", ["analysis"]),
-    ("comparison", ["comparison", "jobs", "interventions"]),
+    ("comparison", ["comparison", "jobs", "interventions", "neurons"]),
     ("cli", ["cli", "__main__"]),
 ]
 RANK = {top: rank for rank, (_, tops) in enumerate(LAYERS) for top in tops}

@@ -15,9 +15,9 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_the_three_notebooks_are_there():
+def test_the_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_layer_sweep.ipynb",
-                                           "03_compare_methods.ipynb"]
+                                           "03_compare_methods.ipynb", "04_language_neurons.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -40,7 +40,7 @@ PROBE_NAMES = ("neuro.csv", "neuro.parquet")
 # The report of every other kind of run directory (`runs.LAYOUTS`), by kind: "module:function", the
 # function called as `function(path, out, n_boot=..., seed=...) -> Report` (its own figures, tables and
 # report.md). compare and probe directories are reported here.
-REPORTS: dict[str, str] = {}
+REPORTS: dict[str, str] = {"neurons": "babelprobe.analysis.neurons:report"}
 
 
 @dataclass

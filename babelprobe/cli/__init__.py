@@ -14,7 +14,7 @@ import sys
 from babelprobe.errors import BabelprobeError
 
 # babelprobe.cli.<name>.register(subparsers) adds that module's commands, in this order in --help.
-COMMAND_MODULES = ("models", "items", "score", "extract", "probe", "compare", "intervene", "lens", "align", "report", "bench", "sweep")
+COMMAND_MODULES = ("models", "items", "score", "extract", "probe", "compare", "intervene", "neurons", "lens", "align", "report", "bench", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:
