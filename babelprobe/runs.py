@@ -81,6 +81,7 @@ LAYOUTS: dict[str, Layout] = {layout.kind: layout for layout in (
     Layout("probe", None, ("neuro.csv",), "babelprobe probe --out DIR/neuro.csv"),
     Layout("store", "manifest.json", ("manifest.json",), "babelprobe extract"),
     Layout("intervene", "intervene.json", ("interventions.csv", "summary.csv", "sanity.csv"), "babelprobe intervene"),
+    Layout("neurons", "neurons.json", ("activation.h5", "lape.csv", "neurons.csv"), "babelprobe neurons"),
     Layout("lens", "lens.json", ("lens.csv", "curves.csv", "turns.csv", "pairs.csv"), "babelprobe lens"),
     Layout("align", "align.json", ("curves.csv", "matrix.csv", "items.csv"), "babelprobe align"),
     Layout("sweep", "sweep.json", ("summary.csv",), "babelprobe sweep"),

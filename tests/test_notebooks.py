@@ -17,7 +17,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.i
 
 def test_the_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01_quickstart.ipynb", "02_layer_sweep.ipynb",
-                                           "03_compare_methods.ipynb", "05_patching.ipynb",
+                                           "03_compare_methods.ipynb", "04_language_neurons.ipynb", "05_patching.ipynb",
                                            "06_sae_features.ipynb"]
 
 

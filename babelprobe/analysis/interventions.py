@@ -27,6 +27,7 @@ language switched off); each layer, `peak` pooling every group at its own peak l
 
 from __future__ import annotations
 
+import importlib
 import zlib
 from pathlib import Path
 
@@ -53,6 +54,9 @@ READOUTS = {
 CONFIG = ["edit_source", "method", "ablate_to", "positions", "alpha", "off"]
 CONTROLS = ("random", "shuffled")
 DIRECTIONS = ("probe", "random", "shuffled", "probe−random")
+# the figures of other edit sources: edit_source -> "module:function", called with the summary's rows of that
+# source and returning [(name, draw, caption)] like `figure_plan`
+SOURCE_FIGURES = {"neurons": "babelprobe.analysis.neurons:figure_plan"}
 COLORS = {"probe": PALETTE[0], "neurons": PALETTE[0], "shuffled": PALETTE[1], "random": "0.45"}
 
 
@@ -345,8 +349,12 @@ CAPTIONS = {
 
 def figure_plan(summary: pd.DataFrame, f1_table: pd.DataFrame | None) -> list[tuple[str, object, str]]:
     """[(file name, a function drawing it, caption)] for what the summary has: by layer, dose–response and
-    F1-vs-effect figures of probe directions (another edit source adds its own figures here)."""
+    F1-vs-effect figures of probe directions; the figures other edit sources declare (`SOURCE_FIGURES`)."""
     plan = []
+    for source, where in SOURCE_FIGURES.items():
+        if (summary["edit_source"] == source).any():
+            module, _, function = where.partition(":")
+            plan += getattr(importlib.import_module(module), function)(summary[summary["edit_source"] == source])
     summary = summary[summary["edit_source"] == "probe_directions"]
     present = set(summary["readout"])
     layered = summary[summary["layers"] != "peak"]

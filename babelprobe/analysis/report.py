@@ -42,6 +42,7 @@ REPORTS: dict[str, str] = {
     "align": "babelprobe.analysis.latent:report_align",
     "patch": "babelprobe.analysis.patching:report",
     "sae": "babelprobe.analysis.sae:report",
+    "neurons": "babelprobe.analysis.neurons:report",
 }
 
 

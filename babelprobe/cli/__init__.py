@@ -14,8 +14,8 @@ import sys
 from babelprobe.errors import BabelprobeError
 
 # babelprobe.cli.<name>.register(subparsers) adds that module's commands, in this order in --help.
-COMMAND_MODULES = ("models", "items", "score", "extract", "probe", "compare", "intervene", "patch", "lens", "align", "sae",
-                   "report", "bench", "sweep")
+COMMAND_MODULES = ("models", "items", "score", "extract", "probe", "compare", "intervene", "neurons", "patch", "lens", "align",
+                   "sae", "report", "bench", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ model's own judgement changes (direct, meta) and what a probe sees.
         --out cmp/intervene/
     babelprobe intervene --probes cmp/ --method steer --alpha=-4,-2,0,2,4 --layers 4-12 --out cmp/steer/
     babelprobe intervene --probes cmp/ --method leace --layers peak --out cmp/leace/
+    babelprobe intervene --method neurons --neurons neu/ --off en,zh --readouts direct,meta --out neu/deact/
     babelprobe report --results cmp/          # adds the interventions' figures and table to report.md
 
 Edit sources. Probe directions (--method steer, ablate, leace; --probes: a compare directory, a probe
@@ -16,6 +17,10 @@ package); at --layers (`peak`: each language × subset group's peak layer, or nu
 0-4,12). Controls: --random N random unit directions edited the same way, and the direction of a probe
 fitted on shuffled labels. A steer moves every direction by the same α·σ; an ablation removes each
 direction's own component, whose size can differ a lot: compare the edit_norm column.
+
+Language neurons (--method neurons, --neurons: a `babelprobe neurons` directory): for each language of
+--off, its LAPE-selected neurons are switched off (their MLP activation set to 0) and every language of
+the items is scored; control: --random N draws of as many random unselected neurons per layer.
 
 Readouts, with and without the edit: direct, meta, and probe (with --probes: the probe re-read on the
 edited states at --layers). Writes interventions.csv (one row per pair × edit; join with a compare
@@ -41,8 +46,8 @@ def register(sub) -> None:
 
     from babelprobe.interventions.settings import Settings
 
-    parser = sub.add_parser("intervene", help="edit inside the model (probe directions); direct/meta/probe effects",
-                            description=__doc__,
+    parser = sub.add_parser("intervene", help="edit inside the model (probe directions, language neurons); "
+                            "direct/meta/probe effects", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_options(parser)
     add_items_options(parser)
@@ -50,6 +55,7 @@ def register(sub) -> None:
     group.add_argument("--probes", metavar="DIR|FILE",
                        help="compare directory, probe result (NAME.csv / NAME.probes.h5) or activation store: the "
                        "probe directions, and the probe readout")
+    group.add_argument("--neurons", metavar="DIR", help="a `babelprobe neurons` directory (--method neurons)")
     group.add_argument("--sae", metavar="DIR", help="a `babelprobe sae` directory: --method sae removes each language's "
                        "most specific SAE features there")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
@@ -69,7 +75,8 @@ def run(args) -> int:
     from babelprobe.interventions.settings import Settings
 
     settings = settings_from(args, Settings)
-    result = intervene(args.model, items_from(args), args.probes, args.out, settings=settings, sae=args.sae,
+    result = intervene(args.model, items_from(args), args.probes, args.out, settings=settings, neurons=args.neurons,
+                       sae=args.sae,
                        load_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
                        overwrite=args.overwrite, progress=not args.no_progress)
     table = effect_table(result.summary)

@@ -3,6 +3,7 @@ minimal pairs changes (the causal leg of XCOMPS' neuro reading), and what a prob
 
     from babelprobe.interventions import intervene
     result = intervene("default", "xcomps-sample", "cmp/", "cmp/intervene/", layers="peak", methods="ablate")
+    result = intervene("default", "xcomps-sample", out="neu/deact/", neurons="neu/", methods="neurons", off="zh")
 
 One runner, several edit sources. The runner (`run`) owns what every intervention shares: the settings
 (`settings.Settings`, one flag each), the input checks before any work, the readouts with and without
@@ -19,7 +20,8 @@ unit (`runs.score_resumably`), the paired-bootstrap summary and the figures
 
 Sources: `probe_edits.ProbeDirections` (steer, ablate, leace along probe directions, with random and
 shuffled-label controls; `directions` builds them, `edits` applies them at a layer of the residual
-stream); language neurons and SAE features are the next sources. The package composes extract, probes and the benchmarks'
+stream) and `babelprobe.neurons.edits.NeuronDeactivation` (language-specific neurons switched off,
+with random unselected neurons as the control); SAE features next. The package composes extract, probes and the benchmarks'
 scorers, so it sits at the comparison layer (docs/design.md "Layers").
 
 Names are imported when first used: `interventions.settings` (what the CLI needs to build its flags)

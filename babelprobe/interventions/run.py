@@ -1,8 +1,9 @@
 """`intervene`: switch an edit on inside the model and read out, on the same minimal pairs, whether the
 model's own judgement changes (direct, meta) and what a probe sees. One runner for every edit source
-(`source.py`): probe directions (steer, ablate, leace) today, language neurons and SAE features next.
+(`source.py`): probe directions (steer, ablate, leace), language neurons (neurons), SAE features next.
 
     result = intervene("default", "xcomps-sample", "cmp/", "cmp/intervene/", layers="peak", methods="ablate")
+    result = intervene("default", "xcomps-sample", out="neu/deact/", neurons="neu/", methods="neurons", off="en,zh")
     result.rows      # one row per pair × edit, each readout with and without the edit (`_base`)
     result.summary   # Δ per language × layer × edit × direction, paired bootstrap 95% intervals
     result.sanity    # probe directions: the probe's balanced accuracy and a refitted probe's F1 after the edit
@@ -10,7 +11,7 @@ model's own judgement changes (direct, meta) and what a probe sees. One runner f
 The run, for any source:
   1. settings checked (`settings.Settings`), items loaded, then every input checked before any model
      loads or anything is written: the probes (`--probes`: their groups and layers against the items
-     and `--layers`), the source's own inputs, the meta prompts;
+     and `--layers`), the source's own inputs (a neurons run and its languages), the meta prompts;
   2. the model loads and is checked against the probes and the source (dimensions, fingerprints);
   3. the run directory opens (`runs.open_run`: the same command reuses a finished run, another identity is
      refused), fresh probes are fitted (a store given as --probes: OUT/probes/);
@@ -64,15 +65,16 @@ class InterventionResult:
 
 
 def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, out: str | Path | None = None, *,
-              settings: Settings | None = None, sae: str | Path | None = None,
+              settings: Settings | None = None, neurons: str | Path | None = None, sae: str | Path | None = None,
               load_options: dict | None = None, n_boot: int = 1000,
               batch_tokens: int = 4096, figures: bool = True, overwrite: bool = False, progress: bool = True,
               **values) -> InterventionResult:
     """Run the interventions (module docstring) and write their tables and figures to `out`.
 
     `probes`: a compare directory, a probe result or an activation store (or a `ProbeSource`); needed by
-    the probe-direction methods and by the probe readout. `settings` or the same values as keyword
-    arguments (`methods="ablate"`, `layers="peak"`, ...: `settings.Settings`). `reduction`, `rule`, `prompts` (direct and
+    the probe-direction methods and by the probe readout. `neurons`: a `babelprobe neurons` directory
+    (--method neurons). `settings` or the same values as keyword arguments (`methods="ablate"`,
+    `layers="peak"`, `off="en,zh"`, ...: `settings.Settings`). `reduction`, `rule`, `prompts` (direct and
     meta scoring): None takes the compare directory's settings when `probes` is one, else sum, sum and
     xcomps. `sae`: a `babelprobe sae` directory (`--method sae`, `interventions.sae_features`).
     `load_options`: `load_model`'s options when `model` is a spec (it loads after every input is
@@ -95,7 +97,9 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
                               "an activation store)")
     if found is not None and "probe" in settings.readouts:
         found.check(items, settings.layers)
-    inputs = {"sae": sae}  # the edit sources' own inputs, by flag name (--sae: a `babelprobe sae` directory)
+    # the edit sources' own inputs, by flag name (--neurons: a `babelprobe neurons` directory, --sae: a
+    # `babelprobe sae` directory)
+    inputs = {"neurons": neurons, "sae": sae}
     source = source_class(settings.methods)(settings, items, found, inputs)
     if "meta" in settings.readouts:
         from babelprobe.benchmarks.meta import meta_requests

@@ -12,19 +12,19 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.settings import as_tuple, at_least, each_of, one_of, option, settings_record
 
 READOUTS = ("direct", "meta", "probe")
-METHODS = ("steer", "ablate", "leace", "sae")  # interventions.source.SOURCES says which source serves each
+METHODS = ("steer", "ablate", "leace", "neurons", "sae")  # interventions.source.SOURCES says which source serves each
 POSITIONS = ("all", "last")
 ABLATE_TO = ("zero", "mean")
-DEFAULT_ALPHAS = {"steer": (-4.0, -2.0, 0.0, 2.0, 4.0), "ablate": (1.0,), "leace": (1.0,), "sae": (1.0,)}
+DEFAULT_ALPHAS = {"steer": (-4.0, -2.0, 0.0, 2.0, 4.0), "ablate": (1.0,), "leace": (1.0,), "neurons": (1.0,), "sae": (1.0,)}
 
 
 @dataclass(frozen=True)
 class Settings:
     """What changes the numbers of an intervention run (recorded in intervene.json)."""
 
-    methods: tuple[str, ...] = option(("ablate",), "steer, ablate, leace (edits along probe directions), sae (SAE "
-                                      "features removed, --sae); a comma list of one kind", flag="--method",
-                                      metavar="LIST")
+    methods: tuple[str, ...] = option(("ablate",), "steer, ablate, leace (edits along probe directions), neurons "
+                                      "(language neurons switched off, --neurons), sae (SAE features removed, "
+                                      "--sae); a comma list of one kind", flag="--method", metavar="LIST")
     layers: str = option("peak", "'peak' (each probe group's peak layer) or layers like 6 or 0-4,12: where probe "
                          "directions are edited, and where the probe readout reads", metavar="LAYERS")
     readouts: tuple[str, ...] = option((), "direct, meta, probe (default: direct and meta, and probe with --probes)",
@@ -37,9 +37,14 @@ class Settings:
                             "the two class means (mean)", choices=ABLATE_TO)
     positions: str = option("all", "edit every token (all) or each text's last token (last; probe readout only)",
                             choices=POSITIONS)
-    n_random: int = option(3, "random controls: unit directions edited like the probe's", flag="--random",
+    n_random: int = option(3, "random controls: unit directions edited like the probe's, or as many random "
+                           "unselected neurons per layer as the language switched off has", flag="--random",
                            metavar="N")
     shuffled: bool = option(True, "the shuffled-label probe's direction as a control (probe directions)")
+    off: tuple[str, ...] = option((), "neurons: the languages whose neurons are switched off, one at a time (default: "
+                                  "every language of the --neurons run)", metavar="LIST")
+    top_rate: float | None = option(None, "neurons: the share of all neurons LAPE selects (default: the --neurons "
+                                    "run's first --top-rate)", metavar="RATE")
     seed: int = option(0, "seed of the random controls, the label shuffle and the bootstrap")
     reduction: str | None = option(None, "direct and meta score reduction (default: the compare run's, else sum)")
     rule: str | None = option(None, "meta rule: sum, both or first (default: the compare run's, else sum)")
@@ -48,7 +53,7 @@ class Settings:
     refit_folds: int = option(5, "folds of the probe refitted on edited states", cli=False)
 
     def __post_init__(self):
-        for name in ("methods", "readouts"):
+        for name in ("methods", "readouts", "off"):
             object.__setattr__(self, name, as_tuple(getattr(self, name)))
         object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
         each_of(self, "methods", METHODS)
@@ -65,6 +70,16 @@ class Settings:
         if not np.isfinite(alphas).all():
             raise BabelprobeError(f"--alpha needs finite numbers, got {','.join(map(str, alphas))}")
         object.__setattr__(self, "alphas", tuple(dict.fromkeys(alphas)))
+        neurons = "neurons" in self.methods
+        if not neurons and (self.off or self.top_rate is not None):
+            raise BabelprobeError(f"{'--off' if self.off else '--top-rate'} goes with --method neurons")
+        if neurons and self.alphas and self.alphas != (1.0,):
+            raise BabelprobeError("--alpha: --method neurons switches neurons off (their activation set to 0); it has "
+                                  "no strength to choose")
+        if neurons and self.positions != "all":
+            raise BabelprobeError("--positions last: --method neurons switches neurons off at every token")
+        if self.top_rate is not None and not 0 < float(self.top_rate) <= 1:
+            raise BabelprobeError(f"--top-rate must lie in (0, 1], got {self.top_rate}")
         if self.positions == "last" and self.readouts and set(self.readouts) != {"probe"}:
             raise BabelprobeError("--positions last edits each text's last token, which no direct or meta score reads; "
                                   "use --readouts probe")

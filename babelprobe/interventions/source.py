@@ -25,7 +25,7 @@ An edit source is a class with
                                                  `unit.frame(...)` with the edit's columns inserted
 
 `SOURCES` maps each method to its source ("module:Class", imported when used), so a new source is one
-line here and a class beside the others (language neurons, SAE features next).
+line here and a class beside the others (SAE features next).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ SOURCES: dict[str, str] = {
     "ablate": "babelprobe.interventions.probe_edits:ProbeDirections",
     "leace": "babelprobe.interventions.probe_edits:ProbeDirections",
     "sae": "babelprobe.interventions.sae_features:SAEFeatures",
+    "neurons": "babelprobe.neurons.edits:NeuronDeactivation",
 }
 METHODS = tuple(SOURCES)
 
@@ -82,7 +83,7 @@ def source_class(methods) -> type[EditSource]:
     """The one edit source serving every method in `methods`; a one-line error when they need two."""
     paths = {SOURCES[m] for m in methods}
     if len(paths) > 1:
-        raise BabelprobeError(f"--method {','.join(methods)}: these methods edit different things; run them into "
-                              "separate --out directories")
+        raise BabelprobeError(f"--method {','.join(methods)}: these methods edit different things (probe directions, "
+                              "neurons); run them into separate --out directories")
     module, _, name = paths.pop().partition(":")
     return getattr(importlib.import_module(module), name)

@@ -1,0 +1,119 @@
+"""The language-neuron edit source of `babelprobe intervene` (`--method neurons --neurons neu/ --off LANGS`):
+switch one language's LAPE-selected neurons off and read every evaluated language.
+
+For each language k of `--off` (default: every language of the neurons run), k's selected neurons
+(`Lape.neurons(k)`, at `--top-rate`, default the run's first rate) are switched off at every token
+(`mlp.Deactivation`: activation 0, released `ppl.py`), and the unit's items are read as with any edit.
+The control (`--random N` draws): as many neurons per layer as k has there, drawn from the neurons LAPE
+did not select (seed, k and the draw fix each set, so every unit sees the same sets).
+
+Units: the probe groups when the probe readout is asked for (it reads each group's probe at `--layers`,
+its peak by default), else the languages. Columns of its rows, after the keys: `layer` (the probe
+readout's layer; empty without one), `layer_rule`, `method` (neurons), `ablate_to` (empty), `positions`
+(all), `direction` (neurons: the selected ones; random: a control draw), `draw`, `alpha` (1: switched
+off), `off` (the language switched off), `top_rate`, `n_neurons` (how many were switched off), `n_items`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.interventions.directions import layer_plan
+from babelprobe.interventions.probe_edits import insert_columns
+from babelprobe.interventions.source import EditSource
+from babelprobe.neurons.mlp import Deactivation, activation_modules, n_neurons
+from babelprobe.neurons.run import read_run
+from babelprobe.probes.controls import group_rng
+
+
+class NeuronDeactivation(EditSource):
+    """Language neurons switched off (module docstring)."""
+
+    name = "neurons"
+    methods = ("neurons",)
+    columns = ("layer", "layer_rule", "method", "ablate_to", "positions", "direction", "draw", "alpha", "off",
+               "top_rate", "n_neurons", "n_items")
+
+    def __init__(self, settings, items: pd.DataFrame, probes, inputs: dict):
+        super().__init__(settings, items, probes, {k: v for k, v in inputs.items() if k != "neurons"})
+        if inputs.get("neurons") is None:
+            raise BabelprobeError("--method neurons switches language neurons off: give --neurons DIR (a `babelprobe "
+                                  "neurons` directory)")
+        self.path = Path(inputs["neurons"])
+        self.lape, self.manifest = read_run(self.path)
+        unknown = [code for code in settings.off if code not in self.lape.languages]
+        if unknown:
+            raise BabelprobeError(f"--off {unknown[0]}: the neurons in {self.path} are of "
+                                  f"{', '.join(self.lape.languages)}")
+        self.off = settings.off or tuple(self.lape.languages)
+        self.top_rate = float(settings.top_rate) if settings.top_rate is not None else self.lape.top_rates[0]
+        self.sets = {code: self.lape.neurons(code, self.top_rate) for code in self.off}
+        self.unit = "probe_group" if probes is not None and "probe" in settings.readouts else "language"
+
+    def identity(self) -> dict:
+        digest = hashlib.sha256((self.path / "lape.csv").read_bytes()).hexdigest()[:16]
+        return {"neurons": digest, "off_resolved": list(self.off), "top_rate_resolved": self.top_rate}
+
+    def check_model(self, lm) -> None:
+        made_with = self.manifest.get("fingerprint")
+        if made_with != lm.fingerprint:
+            raise BabelprobeError(f"--neurons {self.path} were found in another model (fingerprint {made_with}, this "
+                                  f"model {lm.fingerprint})")
+        if len(activation_modules(lm)) != self.lape.n_layers or n_neurons(lm) != self.lape.width:
+            raise BabelprobeError(f"--neurons {self.path} has {self.lape.n_layers} × {self.lape.width} neurons, "
+                                  f"{lm.name} {len(activation_modules(lm))} × {n_neurons(lm)}")
+
+    def units(self, items: pd.DataFrame) -> pd.DataFrame:
+        items = items[items["label"].isin([0, 1])].copy()
+        if self.unit == "probe_group":
+            by = list(self.probes.by)
+            items["probe_group"] = items[by].astype(str).agg("/".join, axis=1) if by else "all"
+        return items
+
+    def random_sets(self, code: str) -> list[dict[int, np.ndarray]]:
+        """`--random` sets for language `code`: per layer as many neurons as it has there, drawn from the
+        unselected ones."""
+        chosen = self.lape.selected(self.top_rate)
+        taken = {int(layer): set(part["neuron"]) for layer, part in chosen.groupby("layer")}
+        out = []
+        for draw in range(self.settings.n_random):
+            rng = group_rng(self.settings.seed, f"neurons off {code}", f"random {draw}")
+            drawn = {}
+            for layer, indices in sorted(self.sets[code].items()):
+                pool = np.setdiff1d(np.arange(self.lape.width), sorted(taken.get(layer, ())))
+                drawn[layer] = np.sort(rng.choice(pool, size=min(len(indices), len(pool)), replace=False))
+            out.append(drawn)
+        return out
+
+    def unit_rows(self, unit) -> pd.DataFrame:
+        settings, items = self.settings, unit.items
+        probes = self.probes if "probe" in settings.readouts else None
+        by = list(probes.by) if probes is not None else []
+        key = tuple(items[by].astype(str).iloc[0]) if by else ()
+        layers = layer_plan(probes, items, settings.layers)[key] if probes is not None else []
+        group = dict(zip(by, key)) if by else None
+        base = unit.read(None, layers)
+        before = {layer: unit.probe_readout(probes.probes.probe(group, layer), base.states[layer]) for layer in layers}
+        frames = []
+        for code in self.off:
+            edits = [("neurons", 0, self.sets[code])] + [("random", d, s) for d, s in enumerate(self.random_sets(code))]
+            for direction, draw, neurons in edits:
+                after = unit.read(Deactivation(unit.lm, neurons), layers)
+                for layer in layers or [None]:
+                    probe_after = (unit.probe_readout(probes.probes.probe(group, layer), after.states[layer])
+                                   if layer is not None else {})
+                    frame = unit.frame(base, after, before.get(layer), probe_after, keys=by)
+                    labels = {"layer": layer if layer is not None else np.nan,
+                              "layer_rule": ("peak" if settings.layers.strip().lower() == "peak" else "chosen")
+                              if layer is not None else "",
+                              "method": "neurons", "ablate_to": "", "positions": "all", "direction": direction,
+                              "draw": draw, "alpha": 1.0, "off": code, "top_rate": self.top_rate,
+                              "n_neurons": int(sum(len(v) for v in neurons.values())), "n_items": len(items)}
+                    frames.append(insert_columns(frame, labels, after=len(dict.fromkeys(
+                        ["pair_id", "language", "subset", *by]))))
+        return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,212 @@
+"""`babelprobe neurons` (`bp.language_neurons`): find language-specific neurons by LAPE in one pass.
+
+    stats = neuron_stats(lm, items)                   # counts per layer × neuron × language (mlp.NeuronCounter)
+    lape = select_lape(stats)                         # LAPE, τ, the selection (lape.py)
+    result = language_neurons("default", "xcomps-sample", "neu/")   # the command: files, figures
+
+What is counted: every real token except BOS of the items' texts, per language (each text its own row,
+as `extract` runs it), or of a corpus, `DIR/<lang>.txt` (each language's lines tokenised, joined and cut
+into rows of `--window` tokens with BOS first, as the released `activation.py` cuts its token stream
+into rows of the model's context).
+
+The run (OUT/): inputs checked before the model loads (settings, items or corpus, two languages or
+more); then the model (its MLPs must be known: `mlp.ACTIVATIONS`) and the tokens each language has (at
+least `min_tokens`), before anything is written. Writes `activation.h5`, `lape.csv`, `neurons.csv`
+(lape.py), `neurons.json` (the identity: model fingerprint, the texts, the window; the selection's
+settings, τ and τ_bar) and `figures/` (lape_layers, lape_overlap: `analysis.neurons`). The same command
+again reuses the counts; other LAPE settings only redo the selection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.models import Encoding, LoadedModel, length_batches, load_model, pad_batch
+from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
+from babelprobe.neurons.mlp import NeuronCounter, activation_modules
+from babelprobe.neurons.settings import Settings
+from babelprobe.runs import layout, open_run, read_manifest
+from babelprobe.settings import settings_for, settings_record
+from babelprobe.tables import write_table
+
+MANIFEST = "neurons.json"
+OUTPUTS = ("activation.h5", "lape.csv", "neurons.csv")
+
+
+@dataclass
+class NeuronsResult:
+    stats: NeuronStats
+    lape: Lape
+    out: Path
+    figures: dict = field(default_factory=dict)  # name -> [pdf, png]
+
+
+# ------------------------------------------------------------------------------------------- counting
+
+def texts_by_language(texts) -> dict[str, list[str]]:
+    """{language: texts} from items (a table with `language` and `text`) or such a dict."""
+    if isinstance(texts, pd.DataFrame):
+        return {code: part["text"].tolist() for code, part in texts.groupby("language", sort=True)}
+    return {str(code): list(values) for code, values in dict(texts).items()}
+
+
+def encodings_of(lm: LoadedModel, texts: list[str], window: int | None = None) -> list[Encoding]:
+    """The rows to run: each text (BOS first), or with `window` the texts' tokens joined and cut into rows
+    of `window` tokens, each with BOS first."""
+    if window is None:
+        return lm.encode(texts)
+    ids = [i for row in lm.tokenizer(list(texts), add_special_tokens=False)["input_ids"] for i in row]
+    bos = [lm.bos_token_id] if lm.bos_token_id is not None else []
+    rows = [bos + ids[start:start + window] for start in range(0, len(ids), window)]
+    return [Encoding(row, [(0, 0)] * len(row)) for row in rows if len(row) > len(bos)]
+
+
+def counted_tokens(lm: LoadedModel, encodings: list[Encoding]) -> int:
+    """The tokens a count covers: every token but each row's BOS."""
+    return sum(len(e.ids) - (lm.bos_policy == "bos") for e in encodings)
+
+
+def neuron_stats(lm: LoadedModel, texts, *, window: int | None = None, batch_tokens: int = 4096,
+                 padding: str = "right", progress: bool = False, encodings: dict | None = None) -> NeuronStats:
+    """Per layer × neuron × language, the tokens on which the neuron's activation is > 0 (module
+    docstring). `texts`: items (`language`, `text`) or {language: [texts]}; `window`: cut each
+    language's joined tokens into rows (a corpus). Nothing per token is kept."""
+    by_language = texts_by_language(texts)
+    encodings = encodings or {code: encodings_of(lm, values, window) for code, values in by_language.items()}
+    languages = sorted(encodings)
+    modules = activation_modules(lm)
+    stats = None
+    with NeuronCounter(lm) as counter:
+        for k, code in enumerate(tqdm(languages, desc="counting", unit="language", disable=not progress)):
+            rows = encodings[code]
+            for batch in length_batches([len(e.ids) for e in rows], batch_tokens):
+                counter.run(pad_batch([rows[i] for i in batch], lm.pad_token_id, padding, lm.device))
+            counts, n = counter.take()
+            if stats is None:
+                stats = np.zeros((len(modules), counts.shape[1], len(languages)), dtype=np.int64)
+                n_tokens = np.zeros(len(languages), dtype=np.int64)
+            stats[:, :, k], n_tokens[k] = counts, n
+    return NeuronStats(stats, n_tokens, languages, info={"model": lm.name, "fingerprint": lm.fingerprint})
+
+
+# ---------------------------------------------------------------------------------------------- input
+
+def read_corpus(directory: str | Path, languages: list[str] | None = None) -> dict[str, list[str]]:
+    """{language: non-empty lines} of DIR/<lang>.txt (every such file, or those of `languages`)."""
+    from babelprobe.languages import iso_codes
+    from babelprobe.tables import read_text
+
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise BabelprobeError(f"--corpus {directory}: no such directory")
+    files = {p.stem: p for p in sorted(directory.glob("*.txt"))}
+    unknown = [code for code in files if code not in iso_codes()]
+    if unknown:
+        raise BabelprobeError(f"--corpus {directory / (unknown[0] + '.txt')}: name each file after its language's "
+                              "ISO 639-1 code (en.txt, zh.txt)")
+    if languages:
+        missing = [code for code in languages if code not in files]
+        if missing:
+            raise BabelprobeError(f"--corpus {directory}: no {missing[0]}.txt (it has {', '.join(files) or 'none'})")
+        files = {code: files[code] for code in languages}
+    return {code: [line.strip() for line in read_text(path).splitlines() if line.strip()]
+            for code, path in files.items()}
+
+
+def _corpus_digest(texts: dict[str, list[str]]) -> str:
+    digest = hashlib.sha256()
+    for code in sorted(texts):
+        digest.update(code.encode() + b"\0" + "\n".join(texts[code]).encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------ run
+
+def language_neurons(model: LoadedModel | str, items=None, out: str | Path | None = None, *, corpus=None,
+                     languages: list[str] | None = None, settings: Settings | None = None,
+                     load_options: dict | None = None, min_tokens: int = 1000, batch_tokens: int = 8192,
+                     figures: bool = True, overwrite: bool = False, progress: bool = True,
+                     **values) -> NeuronsResult:
+    """Count, select and write (module docstring). `items` (default xcomps-sample) or `corpus` (a
+    directory of <lang>.txt; `languages` keeps some). `settings` or the same values as keyword
+    arguments (`top_rate=(0.01, 0.05)`, ...). `min_tokens`: each language needs at least this many
+    counted tokens. `load_options`: `load_model`'s, when `model` is a spec."""
+    from babelprobe.items import items_hash, load_items
+
+    if out is None:
+        raise BabelprobeError("neurons needs an output directory (--out)")
+    if settings is not None and values:
+        raise BabelprobeError(f"give either settings or keyword values, not both ({', '.join(values)})")
+    settings = settings or settings_for(Settings, None, None, **values)
+    if min_tokens < 1:
+        raise BabelprobeError(f"--min-tokens must be at least 1, got {min_tokens}")
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BabelprobeError(f"--out {out} exists and is not a directory")
+    if corpus is not None and items is not None:
+        raise BabelprobeError("give --items or --corpus, not both")
+    if corpus is not None:
+        texts = read_corpus(corpus, languages)
+        source = {"corpus": str(corpus), "texts": _corpus_digest(texts), "window": settings.window}
+    else:
+        items = load_items(items if items is not None else "xcomps-sample", languages=languages)
+        texts = texts_by_language(items)
+        source = {"items": items_hash(items)}
+    if len(texts) < 2:
+        raise BabelprobeError(f"LAPE compares languages: the texts have only {', '.join(texts) or 'none'}; give two "
+                              "or more (--languages)")
+    if not overwrite:
+        read_manifest(out / MANIFEST)  # a damaged manifest is refused before the model loads
+    lm = load_model(model, **(load_options or {})) if isinstance(model, str) else model
+    activation_modules(lm)  # an unknown MLP is refused before any work
+    window = settings.window if corpus is not None else None
+    encodings = {code: encodings_of(lm, values, window) for code, values in texts.items()}
+    for code in sorted(encodings):
+        n = counted_tokens(lm, encodings[code])
+        if n < min_tokens:
+            raise BabelprobeError(f"language {code} has {n} tokens to count, fewer than --min-tokens {min_tokens}; give "
+                                  "it more text, or lower --min-tokens")
+    identity = {"fingerprint": lm.fingerprint, **source}
+    run = open_run(out, identity, record={"model": lm.name}, manifest=MANIFEST, overwrite=overwrite,
+                   outputs=(*OUTPUTS, "figures"), what="a neurons run of another model or other texts")
+
+    def count() -> NeuronStats:
+        stats = neuron_stats(lm, texts, window=window, batch_tokens=batch_tokens, progress=progress,
+                             encodings=encodings)
+        stats.info.update(source)
+        stats.write(out / "activation.h5")
+        return stats
+
+    stats = run.stage("count", identity, count, out / "activation.h5", NeuronStats.read)
+    lape = select_lape(stats, settings.top_rate, settings.filter_rate, settings.bar_ratio)
+    write_table(lape.table, out / "lape.csv")
+    write_table(lape.counts, out / "neurons.csv")
+    run.state["stages"]["select"] = settings_record(settings)
+    run.state["selection"] = {"languages": lape.languages, "top_rates": list(lape.top_rates), "tau": lape.tau,
+                              "bar": lape.bar, "n_layers": lape.n_layers, "n_neurons": lape.width,
+                              "n_tokens": dict(zip(stats.languages, stats.n_tokens.tolist()))}
+    run.save()
+    result = NeuronsResult(stats=stats, lape=lape, out=out)
+    if figures:
+        from babelprobe.analysis.neurons import write_figures
+
+        result.figures = write_figures(lape.table, lape.counts, out / "figures")
+    return result
+
+
+def read_run(path: str | Path, flag: str = "--neurons") -> tuple[Lape, dict]:
+    """The selection of a finished neurons run and its manifest (a one-line error if it is not one)."""
+    path = layout("neurons").check(path, flag)
+    manifest = read_manifest(path / MANIFEST) or {}
+    selection = manifest.get("selection")
+    if not selection:
+        raise BabelprobeError(f"{flag} {path}: {MANIFEST} records no selection; run `babelprobe neurons` into it again")
+    lape = Lape.read(path, selection["languages"], selection["top_rates"], selection.get("tau"), selection.get("bar"))
+    return lape, manifest
