@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 from threadpoolctl import threadpool_limits
 
@@ -135,22 +136,163 @@ def compare_solvers(args) -> None:
 
 def scale_store(n: int, d: int, layers: int, seed: int):
     """One synthetic group of n items (n/2 minimal pairs) × d dims at `layers` layers with a planted signal
-    (layers 1..L of `synthetic_activations`; layer 0 has none)."""
+    (layers 1..L of `synthetic_activations`; layer 0 has none): isotropic after standardisation."""
     keys, X = synthetic_activations(n_pairs=n // 2, n_layers=layers, d_model=d, signal=6, seed=seed)
     store = ArrayStore(keys, last=X[:, 1:], layers=list(range(1, layers + 1)), n_layers=layers)
-    return store, f"synthetic, 1 group × {n} items × {layers} layers × {d} dims"
+    return store, f"isotropic synthetic, 1 group × {n} items × {layers} layers × {d} dims"
+
+
+# --------------------------------------------------------------------- activations with a real spectrum
+
+def powerlaw_spectrum(d: int, slope: float = -1.5, condition: float = 2.5e5) -> np.ndarray:
+    """Eigenvalues (largest 1) falling as rank^slope over the first half of the spectrum, then as a steeper
+    power law that reaches λ_1/condition at rank d (when the slope alone does not): the shape measured on
+    Gemma-3-270M's standardised last-token states (slope ≈ −1.5 over the first 300 of 640, steeper after,
+    condition 5.7e4–3.3e6 by layer)."""
+    rank = np.arange(1, d + 1, dtype=float)
+    values = rank ** slope
+    if values[0] / values[-1] < condition:
+        half = d // 2
+        tail = np.log(rank[half:] / half) / np.log(d / half)  # 0 at the knee, 1 at rank d
+        values[half:] = values[half - 1] * np.exp(tail * np.log(1 / (condition * values[half - 1])))
+    return values
+
+
+def store_spectrum(path: str, max_condition: float = 1e9) -> tuple[np.ndarray, str]:
+    """The median spectrum (largest 1) of a store's layers, from the eigenvalues of each layer's
+    standardised covariance over all its items, and a one-line summary (fitted head slope, condition).
+    Layers whose covariance is singular (condition above `max_condition`, e.g. the embeddings of a
+    shared last token) are left out."""
+    from babelprobe.extract import open_store
+
+    store = open_store(path)
+    X = np.asarray(store.read_layers(), dtype=np.float64)
+    spectra, slopes, conditions = [], [], []
+    for j in range(X.shape[1]):
+        x = X[:, j]
+        sd = x.std(0)
+        z = (x[:, sd > 0] - x[:, sd > 0].mean(0)) / sd[sd > 0]
+        values = np.linalg.eigvalsh(z.T @ z / len(z))[::-1]
+        if values[-1] <= 0 or values[0] / values[-1] > max_condition:
+            continue
+        head = min(300, len(values) // 2)
+        slopes.append(np.polyfit(np.log(np.arange(1, head + 1)), np.log(values[:head]), 1)[0])
+        conditions.append(values[0] / values[-1])
+        spectra.append(values / values[0])
+    if not spectra:
+        raise SystemExit(f"--spectrum-from {path}: no layer with a non-singular covariance")
+    summary = (f"spectrum of {path} ({len(spectra)} of {X.shape[1]} layers, {len(X)} items × {X.shape[2]} dims): "
+               f"head slope {np.median(slopes):.2f} (first {head} eigenvalues), condition {np.median(conditions):.3g} "
+               f"(median over layers; {min(conditions):.2g}–{max(conditions):.2g})")
+    return np.median(np.stack(spectra), axis=0), summary
+
+
+def resample_spectrum(values: np.ndarray, d: int) -> np.ndarray:
+    """A spectrum measured at len(values) dims stretched to d dims: log λ interpolated against log relative
+    rank (a power law keeps its slope, the spectrum its condition)."""
+    source = np.log((np.arange(len(values)) + 0.5) / len(values))
+    target = np.log((np.arange(d) + 0.5) / d)
+    return np.exp(np.interp(target, source, np.log(values)))
+
+
+def powerlaw_store(n: int, d: int, layers: int, seed: int, spectrum: np.ndarray | None = None,
+                   signal: float = 4.0):
+    """One group of n items (n/2 minimal pairs) × d dims at `layers` layers whose standardised covariance
+    has the given spectrum (default `powerlaw_spectrum(d)`): latent Gaussians scaled by √λ (a pair
+    component of variance 4 shared by both items, as minimal pairs share most of their representation,
+    and an own one of variance 1), turned by one random rotation (so every dimension has about the same
+    variance and standardising keeps the spectrum), with the label's signal along the eigenvector at
+    mid-spectrum (rank d/2), `signal` own-noise deviations apart at the last layer (growing with depth)."""
+    rng = np.random.default_rng(seed)
+    values = powerlaw_spectrum(d) if spectrum is None else resample_spectrum(spectrum, d)
+    rotation, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    labels = np.tile([1, 0], n // 2)
+    root = np.sqrt(values)
+    X = np.empty((n, layers, d), dtype=np.float32)
+    for j in range(layers):
+        latent = (np.repeat(rng.standard_normal((n // 2, d)), 2, axis=0) * 2 + rng.standard_normal((n, d))) * root
+        latent[:, d // 2] += (labels - 0.5) * signal * root[d // 2] * (j + 1) / layers
+        X[:, j] = latent @ rotation.T
+    pairs = [f"en-taxonomic-{p:05d}" for p in range(n // 2)]
+    keys = pd.DataFrame({"item_id": [f"{pair}-{'good' if label else 'bad'}" for pair, label in
+                                     zip(np.repeat(pairs, 2), labels, strict=True)],
+                         "pair_id": np.repeat(pairs, 2), "language": "en", "subset": "taxonomic",
+                         "label": labels.astype(np.int8), "concept": "none"})
+    what = "store spectrum" if spectrum is not None else "power law -1.5, condition 2.5e5"
+    return (ArrayStore(keys, last=X, layers=list(range(1, layers + 1)), n_layers=layers),
+            f"{what}, 1 group × {n} items × {layers} layers × {d} dims")
+
+
+# ------------------------------------------------------------------------------- iterations and passes
+
+class FitRecorder:
+    """Records the fit of every `fit_predict` call the sweep makes (method, iterations per problem and
+    layer), by wrapping the function the probe runner calls; perf-only, no change to what is fitted."""
+
+    def __init__(self):
+        self.fits: list = []
+
+    def __enter__(self):
+        import babelprobe.probes.run as runner
+
+        self.runner, self.original = runner, runner.fit_predict
+
+        def recorded(*args, **kwargs):
+            out = self.original(*args, **kwargs)
+            if kwargs.get("return_fit"):
+                self.fits.append(out[1])
+            return out
+
+        runner.fit_predict = recorded
+        return self
+
+    def __exit__(self, *exc):
+        self.runner.fit_predict = self.original
+        return False
+
+    def summary(self) -> dict:
+        """Iterations (max and median over problems × layers) and passes over X per layer: torch reads X
+        once per product for all of a layer's problems (1 + 2 per L-BFGS iteration, lock-step: the layer's
+        slowest problem counts); scikit-learn reads each problem's rows at least twice per iteration."""
+        iters = np.concatenate([fit.n_iter.ravel() for fit in self.fits])
+        method = "/".join(sorted({fit.method for fit in self.fits}))
+        layers = sum(fit.n_iter.shape[1] for fit in self.fits)
+        if method == "sklearn":
+            passes = sum((1 + 2 * fit.n_iter).sum() for fit in self.fits)
+        elif "newton" in method:
+            passes = np.nan  # exact Newton forms matrices; passes do not measure it
+        else:
+            passes = sum((1 + 2 * fit.n_iter.max(0)).sum() for fit in self.fits)
+        kappa = [np.nanmedian(fit.info["conditioning"]) for fit in self.fits
+                 if not np.isnan(fit.info.get("conditioning", np.nan)).all()]
+        return {"method": method, "iter_max": int(iters.max()), "iter_median": float(np.median(iters)),
+                "passes": float(passes / layers), "conditioning": float(np.median(kappa)) if kappa else None}
+
+
+def timed_sweeps(store, runs: dict, repeat: int) -> tuple[list[dict], dict]:
+    """`rounds` of the sweeps in `runs`, and each one's fit summary (from its first round)."""
+    summaries: dict = {}
+
+    def recorded(name, fn):
+        def run():
+            with FitRecorder() as recorder:
+                out = fn()
+            summaries.setdefault(name, recorder.summary())
+            return out
+        return run
+
+    return rounds({name: recorded(name, fn) for name, fn in runs.items()}, repeat), summaries
 
 
 def pass_ceiling(store, problems: int = 6) -> tuple[float, float, float]:
     """The speed-up that one iteration allows, from the passes over the activations that both solvers make.
 
-    Both are first-order at these sizes: an iteration reads the training rows twice (X·w, then Xᵀr).
-    scikit-learn does it per problem in float64 (numpy's BLAS, as its lbfgs does); the torch L-BFGS does
-    it once for all the layer's problems in float32 (the products `SharedFeatures` makes). Each pass is
-    timed on one thread, fastest of 5, on the store's first layer. Returns (scikit-learn's passes for all
-    problems, torch's passes, their ratio). Where the passes are most of an iteration's cost (from
-    4000 × 2048 up: they are memory-bound), the ratio is the most the speed-up can be at equal iteration
-    counts, whatever else is made faster; on small sizes other per-iteration costs count too."""
+    An iteration of either L-BFGS reads the training rows twice (X·w, then Xᵀr). scikit-learn does it per
+    problem in float64 (numpy's BLAS, as its lbfgs does); the torch L-BFGS does it once for all the
+    layer's problems in float32 (the products `SharedFeatures` makes). Each pass is timed on one thread,
+    fastest of 5, on the store's first layer. Returns (scikit-learn's passes for all problems, torch's
+    passes, their ratio): at equal iteration counts the most the speed-up can be once the passes are most
+    of the cost. The preconditioned solver escapes it by needing 20–40× fewer iterations."""
     X = np.asarray(store.read_layers(layers=[store.layers[0]]))[:, 0]
     rows = X[: len(X) * 4 // 5]  # a training fold's rows
     x64, w64, r64 = np.ascontiguousarray(rows, dtype=np.float64), np.ones(X.shape[1]), np.ones(len(rows))
@@ -174,13 +316,13 @@ def scale_row(store, what: str, args) -> dict:
     runs = {"torch": lambda: sweep(store, solver="torch", **common),
             "sklearn": lambda: sweep(store, solver="sklearn", n_jobs=args.threads, **common),
             "converged": lambda: sweep(store, solver="sklearn", tol=1e-6, n_jobs=args.threads, **common)}
-    results = rounds(runs, args.repeat)
+    results, fits = timed_sweeps(store, runs, args.repeat)
     best = fastest(results)
     keys = ["language", "subset", "layer"]
     f1 = {name: best[name][0].table.set_index(keys)["f1_mean"] for name in runs}
     row = {"size": f"{store.keys.groupby(['language', 'subset']).size().max()} × {store.d_model}",
-           "what": what, "layers": len(store.layers), "groups": groups,
-           "method": "/".join(sorted(set(best["torch"][0].probes.groups["method"]))),
+           "what": what, "layers": len(store.layers), "groups": groups, "fits": fits,
+           "method": fits["torch"]["method"],
            **{f"{name}_s": best[name][1] for name in runs},
            "ratio": median_ratio(results, "sklearn", "torch"),
            "ratio_converged": median_ratio(results, "converged", "torch"),
@@ -188,16 +330,21 @@ def scale_row(store, what: str, args) -> dict:
            "df1_torch": float((f1["torch"] - f1["converged"]).abs().max()),
            "df1_sklearn": float((f1["sklearn"] - f1["converged"]).abs().max()),
            "f1": f"{f1['converged'].min():.2f}–{f1['converged'].max():.2f}"}
-    print(f"  torch ({row['method']}) {row['torch_s']:.2f} s; sklearn tol 1e-4 {row['sklearn_s']:.2f} s, speed-up "
-          f"{row['ratio']}; sklearn tol 1e-6 {row['converged_s']:.2f} s, speed-up {row['ratio_converged']}; "
-          f"largest |dF1| against sklearn tol 1e-6: torch {row['df1_torch']:.4f}, sklearn tol 1e-4 "
-          f"{row['df1_sklearn']:.4f} (F1 range {row['f1']})", flush=True)
+    kappa = fits["torch"]["conditioning"]
+    print(f"  torch ({row['method']}{f', conditioning {kappa:.1f}' if kappa else ''}) {row['torch_s']:.2f} s; "
+          f"sklearn tol 1e-4 {row['sklearn_s']:.2f} s, speed-up {row['ratio']}; sklearn tol 1e-6 "
+          f"{row['converged_s']:.2f} s, speed-up {row['ratio_converged']}; largest |dF1| against sklearn tol 1e-6: "
+          f"torch {row['df1_torch']:.4f}, sklearn tol 1e-4 {row['df1_sklearn']:.4f} (F1 range {row['f1']})", flush=True)
+    for name in runs:
+        fit = fits[name]
+        print(f"  {name}: iterations per problem max {fit['iter_max']}, median {fit['iter_median']:.0f}; passes "
+              f"over X per layer {fit['passes']:.0f}", flush=True)
     row["ceiling"] = None  # exact Newton (the real sample, small sizes) does not work by passes
-    if groups == 1 and row["method"] == "lbfgs":
+    if groups == 1 and "lbfgs" in row["method"]:
         sk_pass, torch_pass, row["ceiling"] = pass_ceiling(store)
         print(f"  one iteration's passes over the activations (one thread): scikit-learn {1e3 * sk_pass:.2f} ms for "
               f"the 6 problems in float64, torch {1e3 * torch_pass:.2f} ms in float32: {row['ceiling']:.1f}x at equal "
-              "iteration counts, the ceiling where passes are most of the cost", flush=True)
+              "iteration counts", flush=True)
     if args.threads == 1:  # everything ran in this process: CPU time is comparable, and robust to a busy machine
         cpu = row["cpu"]
         print(f"  CPU time: torch {cpu['torch']:.2f} s, sklearn tol 1e-4 {cpu['sklearn']:.2f} s "
@@ -212,25 +359,56 @@ def scale_table(args) -> None:
           f"{args.threads} (groups side by side, or one group's layers in threads); scikit-learn: n_jobs="
           f"{args.threads} processes over layers, BLAS one thread each; {args.repeat} round(s), turns alternating; "
           "times: the fastest round; speed-up: median of the within-round ratios", flush=True)
+    spectrum = None
+    if args.spectrum_from:
+        spectrum, summary = store_spectrum(args.spectrum_from)
+        print(summary, flush=True)
     sweep(scale_store(40, 16, 1, 0)[0], solver="sklearn", n_jobs=args.threads, n_boot=0)  # start the worker processes
     table = []
     for size in args.sizes.split(","):
         n, d = (int(v) for v in size.lower().split("x"))
         if (n, d) == (136, 640) and not args.synthetic:
-            store, what = sample_store(Path(args.cache), False, args.groups)
+            if args.store:
+                from babelprobe.extract import open_store
+
+                stores = [(open_store(args.store), f"real store {args.store}", "real")]
+            else:
+                stores = [(*sample_store(Path(args.cache), False, args.groups), "real")]
         else:
-            store, what = scale_store(n, d, args.scale_layers, args.seed)
-        table.append(scale_row(store, what, args))
-        del store
-    print("\n| items × dims | groups × layers | torch method | torch | sklearn (tol 1e-4) | speed-up | "
-          "sklearn (tol 1e-6) | speed-up | max abs dF1 vs tol 1e-6: torch / sklearn 1e-4 | passes per iteration, sklearn / torch |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+            stores = []
+            for kind in args.spectra.split(","):
+                if kind == "isotropic":
+                    stores.append((*scale_store(n, d, args.scale_layers, args.seed), "isotropic"))
+                elif kind == "powerlaw":
+                    stores.append((*powerlaw_store(n, d, args.scale_layers, args.seed, spectrum, args.signal),
+                                   "store spectrum" if spectrum is not None else "power law"))
+                else:
+                    raise SystemExit(f"--spectra: unknown kind {kind!r}; use isotropic and/or powerlaw")
+        for store, what, kind in stores:
+            row = scale_row(store, what, args)
+            row["kind"] = kind
+            table.append(row)
+            del store
+    print_table(table)
+
+
+def print_table(table: list[dict]) -> None:
+    print("\n| items × dims | activations | groups × layers | torch method | iterations max / median: torch, sklearn "
+          "1e-4, sklearn 1e-6 | passes over X per layer: torch, sklearn 1e-4, sklearn 1e-6 | torch | sklearn "
+          "(tol 1e-4) | speed-up | sklearn (tol 1e-6) | speed-up | max abs dF1 vs tol 1e-6: torch / sklearn 1e-4 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in table:
-        ceiling = f"{row['ceiling']:.1f}x" if row["ceiling"] else "–"
-        print(f"| {row['size']} | {row['groups']} × {row['layers']} | {row['method']} | {row['torch_s']:.2f} s | "
-              f"{row['sklearn_s']:.2f} s | {row['ratio'].split(' ')[0]} | {row['converged_s']:.2f} s | "
-              f"{row['ratio_converged'].split(' ')[0]} | {row['df1_torch']:.4f} / {row['df1_sklearn']:.4f} | "
-              f"{ceiling} |")
+        fits = row["fits"]
+        iters = ", ".join(f"{fits[name]['iter_max']} / {fits[name]['iter_median']:.0f}"
+                          for name in ("torch", "sklearn", "converged"))
+        passes = ", ".join("–" if np.isnan(fits[name]["passes"]) else f"{fits[name]['passes']:.0f}"
+                           for name in ("torch", "sklearn", "converged"))
+        if fits["torch"]["method"] == "plbfgs":
+            passes = passes.replace(",", " + Gram,", 1)
+        print(f"| {row['size']} | {row['kind']} | {row['groups']} × {row['layers']} | {row['method']} | {iters} | "
+              f"{passes} | {row['torch_s']:.2f} s | {row['sklearn_s']:.2f} s | {row['ratio'].split(' ')[0]} | "
+              f"{row['converged_s']:.2f} s | {row['ratio_converged'].split(' ')[0]} | "
+              f"{row['df1_torch']:.4f} / {row['df1_sklearn']:.4f} |")
 
 
 def gpu_case(args) -> None:
@@ -293,6 +471,15 @@ def main() -> None:
     parser.add_argument("--sizes", default="136x640,1000x1024,4000x2048,8000x4096",
                         help="--scale: items × dims per row; 136x640 is the real sample store (unless --synthetic)")
     parser.add_argument("--scale-layers", type=int, default=2, help="--scale: layers of the synthetic groups")
+    parser.add_argument("--spectra", default="isotropic,powerlaw",
+                        help="--scale: the synthetic rows of each size: isotropic (planted signal, standardised "
+                        "covariance close to I) and/or powerlaw (a real spectrum, see --spectrum-from)")
+    parser.add_argument("--spectrum-from", metavar="STORE",
+                        help="--scale: the powerlaw rows take the median spectrum of this activation store's layers "
+                        "(default: slope -1.5 over the first half, condition 2.5e5)")
+    parser.add_argument("--signal", type=float, default=4.0, help="--scale: separation of the powerlaw rows' "
+                        "classes along their mid-spectrum direction, in own-noise deviations")
+    parser.add_argument("--store", help="the real row's store (default: xcomps-sample extracted into --cache)")
     parser.add_argument("--gpu", action="store_true", help="run the large GPU-against-CPU case instead")
     parser.add_argument("--device", help="--gpu: the fast device (default cuda)")
     parser.add_argument("--items", type=int, default=20_000)
