@@ -46,9 +46,10 @@ def register(sub) -> None:
     cv.add_argument("--n-boot", type=int, default=1000, metavar="N",
                     help="bootstrap replicates over pairs for intervals (default 1000; 0 for none)")
     solver = parser.add_argument_group("solver")
-    solver.add_argument("--solver", choices=("torch", "newton", "lbfgs", "sklearn"), default="torch",
+    solver.add_argument("--solver", choices=("torch", "newton", "lbfgs", "plbfgs", "sklearn"), default="torch",
                         help="torch: batched, all layers and folds of a group at once, exact Newton for small "
-                        "groups and L-BFGS for large ones (default); newton, lbfgs: that one; sklearn: reference")
+                        "groups, L-BFGS for large ones, preconditioned by each layer's Gram when the activations "
+                        "are ill-conditioned (default); newton, lbfgs, plbfgs: that one; sklearn: reference")
     solver.add_argument("--C", default="1.0", metavar="C",
                         help="inverse regularisation (scikit-learn's C; default 1.0); a list like 0.01,0.1,1 "
                         "chooses C per fold and layer by inner cross-validation")

@@ -75,7 +75,8 @@ class Probes:
     coef, mean, scale : float64 [groups, layers, d]; intercept, C : float64 [groups, layers].
     n_iter : int64 [groups, layers], the iterations the solver took for the probe (-1: not recorded);
     conditioning : float64 [groups, layers], the estimate of the layer's conditioning the choice of
-        solver used (λ₁ of the correlation matrix of the group's activations; NaN: not estimated).
+        solver used (`probes.precondition.conditioning`: the spread of the eigenvalues of the correlation
+        matrix of the group's activations, ~1 isotropic, ≫ 1 ill-conditioned; NaN: not estimated).
     by : the grouping columns; settings : the sweep's settings (pool, C, solver, store fingerprint, ...).
     """
 
