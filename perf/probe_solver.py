@@ -18,6 +18,7 @@ uses planted-signal activations of the same shape (120 items per group).
     .venv/bin/python perf/probe_solver.py --synthetic --groups 8
     .venv/bin/python perf/probe_solver.py --scale --repeat 3   # the table from the sample to 8000 × 4096
     .venv/bin/python perf/probe_solver.py --scale --spectrum-from /tmp/solver-acts --spectra powerlaw
+    .venv/bin/python perf/probe_solver.py --sampled --threads 1   # research sizes, scikit-learn on 1 of 6 problems
     .venv/bin/python perf/probe_solver.py --gpu             # large synthetic case, GPU against CPU
 
 `--scale`: rows from the sample's size to research scale, each `--repeat` rounds in which three runs take
@@ -47,6 +48,13 @@ for the torch L-BFGS (all problems in one product, float32): their ratio is what
 speed-up can reach at equal iteration counts (`pass_ceiling`); the preconditioned one needs 20–40×
 fewer iterations than scikit-learn on spread spectra, which is how it gets past that ceiling.
 
+`--sampled`: the power-law rows at research sizes when the whole scikit-learn sweep would take too long
+(a shared machine: ~300 CPU-seconds per layer at 4000 × 2048 at tol 1e-4, 4–8× that at 8000 × 4096):
+one layer, the sweep's six problems (5 grouped folds + all items) fitted by the torch solver, the first
+`--sklearn-problems` by scikit-learn at tol 1e-4 and 1e-6, its time scaled by 6/k (a lower bound: the
+all-items problem is 25% larger than a fold); CPU seconds, one thread, everything in this process; the
+held-out F1 of the sampled folds against scikit-learn at tol 1e-6. See `sampled_table`.
+
 `--gpu`: one group of 20k items × 33 layers × 4096 dims (the scale of Llama-8B on full XCOMPS), 5 folds,
 on CUDA; the CPU torch solver and the scikit-learn loop (`--threads` processes) are timed on
 `--cpu-layers` of them and scaled to all layers (they are far too slow to run whole). Both use the same
@@ -61,6 +69,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -409,6 +418,88 @@ def scale_table(args) -> None:
     print_table(table)
 
 
+def sampled_table(args) -> None:
+    """`--sampled`: research sizes on a shared machine, where the whole scikit-learn sweep takes too long
+    (at 4000 × 2048 with a real spectrum, ~300 CPU-seconds per layer at tol 1e-4, and 4-8x that at
+    8000 × 4096). One layer of `powerlaw_store` per size; the six problems the sweep would fit on it (its 5
+    grouped folds and the all-items probe): the torch solver fits all six, scikit-learn (tol 1e-4 and
+    1e-6, max_iter 10,000) only the first `--sklearn-problems`, and its time is scaled by 6 / that number.
+    The all-items problem has 25% more rows than a fold, so the scaling under-counts scikit-learn: the
+    speed-up printed is a lower bound. Everything runs in this process on one thread, timed in CPU seconds
+    (robust to other users of a shared machine) and wall seconds. Agreement: the F1 of each sampled fold
+    on its held-out rows, torch against scikit-learn at tol 1e-6, and the largest decision-score
+    difference relative to the largest score."""
+    from babelprobe.probes.folds import make_folds, train_masks
+    from babelprobe.probes.metrics import f1_scores
+
+    spectrum = None
+    if args.spectrum_from:
+        spectrum, summary = store_spectrum(args.spectrum_from)
+        print(summary, flush=True)
+    k = args.sklearn_problems
+    print(f"protocol: one layer, 6 problems (5 grouped folds + all items), C=1; torch: all 6, one thread; "
+          f"scikit-learn: the first {k} fold(s), float64, one thread, times × 6/{k}; {args.repeat} round(s), turns "
+          "alternating; CPU seconds (shared machine)", flush=True)
+    rows = []
+    for size in args.sizes.split(","):
+        n, d = (int(v) for v in size.lower().split("x"))
+        store, what = powerlaw_store(n, d, 1, args.seed, spectrum, args.signal)
+        X = np.asarray(store.read_layers())  # [n, 1, d]
+        labels = store.keys["label"].to_numpy()
+        fold = make_folds(labels, store.keys["pair_id"].to_numpy(), 5, seed=args.seed)
+        train = np.vstack([train_masks(fold, 5), np.ones((1, n), bool)])
+        y = np.tile(labels, (6, 1))
+        print(f"\n{what}", flush=True)
+        runs = {"torch": partial(fit_predict, X, y, train, 1.0, solver="torch", return_fit=True),
+                "sklearn": partial(fit_predict, X, y[:k], train[:k], 1.0, solver="sklearn", tol=1e-4,
+                                   max_iter=10_000, n_jobs=1, return_fit=True),
+                "converged": partial(fit_predict, X, y[:k], train[:k], 1.0, solver="sklearn", tol=1e-6,
+                                     max_iter=10_000, n_jobs=1, return_fit=True)}
+        with single_threaded():
+            for solver in ("torch", "sklearn"):  # first calls (and imports) outside the clock
+                fit_predict(X[:200, :, :64], y[:1, :200], train[:1, :200], 1.0, solver=solver, n_jobs=1)
+            results = rounds(runs, args.repeat)
+        best = fastest(results)
+        cpu = {name: best[name][2] * (6 / k if name != "torch" else 1) for name in runs}
+        wall = {name: best[name][1] * (6 / k if name != "torch" else 1) for name in runs}
+        fits = {name: best[name][0][1] for name in runs}
+        scores = {name: best[name][0][0][:k, 0] for name in runs}  # [k, n]
+        held = ~train[:k]
+        f1 = {name: np.array([f1_scores(scores[name][i, held[i]], labels[held[i]]) for i in range(k)])
+              for name in runs}
+        estimated = fits["torch"].info["conditioning"]
+        kappa = float(np.nanmedian(estimated)) if np.isfinite(estimated).any() else float("nan")
+        row = {"size": f"{n} × {d}", "what": what, "method": fits["torch"].method, "conditioning": kappa,
+               "iters": {name: (int(fits[name].n_iter.max()), float(np.median(fits[name].n_iter))) for name in runs},
+               "cpu": cpu, "wall": wall,
+               "ratio": cpu["sklearn"] / cpu["torch"], "ratio_converged": cpu["converged"] / cpu["torch"],
+               "df1_torch": float(np.abs(f1["torch"] - f1["converged"]).max()),
+               "df1_sklearn": float(np.abs(f1["sklearn"] - f1["converged"]).max()),
+               "score_gap": float(np.abs(scores["torch"] - scores["converged"]).max()
+                                  / np.abs(scores["converged"]).max())}
+        print(f"  torch ({row['method']}, conditioning {kappa:.1f}): iterations max / median "
+              f"{row['iters']['torch'][0]} / {row['iters']['torch'][1]:.0f}, {cpu['torch']:.1f} CPU s "
+              f"({wall['torch']:.1f} wall)", flush=True)
+        for name, tol in (("sklearn", "1e-4"), ("converged", "1e-6")):
+            print(f"  scikit-learn tol {tol}: iterations max / median {row['iters'][name][0]} / "
+                  f"{row['iters'][name][1]:.0f}, {cpu[name]:.1f} CPU s for 6 problems ({wall[name]:.1f} wall), "
+                  f"speed-up {cpu[name] / cpu['torch']:.1f}x (CPU), {wall[name] / wall['torch']:.1f}x (wall)",
+                  flush=True)
+        print(f"  held-out F1 of the sampled fold(s): largest |dF1| against scikit-learn tol 1e-6: torch "
+              f"{row['df1_torch']:.4f}, scikit-learn tol 1e-4 {row['df1_sklearn']:.4f}; largest decision-score "
+              f"difference torch vs tol 1e-6: {row['score_gap']:.2e} of the largest score", flush=True)
+        rows.append(row)
+    print("\n| items × dims | activations | torch method (conditioning) | iterations max / median: torch, sklearn "
+          "1e-4, sklearn 1e-6 | torch CPU s | sklearn 1e-4 CPU s (×6/k) | speed-up | sklearn 1e-6 CPU s (×6/k) | "
+          "speed-up | max abs dF1 vs 1e-6: torch / sklearn 1e-4 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        iters = ", ".join(f"{r['iters'][name][0]} / {r['iters'][name][1]:.0f}" for name in ("torch", "sklearn", "converged"))
+        print(f"| {r['size']} | {r['what'].split(',')[0]} | {r['method']} ({r['conditioning']:.0f}) | {iters} | "
+              f"{r['cpu']['torch']:.1f} | {r['cpu']['sklearn']:.1f} | {r['ratio']:.1f}x | {r['cpu']['converged']:.1f} | "
+              f"{r['ratio_converged']:.1f}x | {r['df1_torch']:.4f} / {r['df1_sklearn']:.4f} |")
+
+
 def print_table(table: list[dict]) -> None:
     print("\n| items × dims | activations | groups × layers | torch method | iterations max / median: torch, sklearn "
           "1e-4, sklearn 1e-6 | passes over X per layer: torch, sklearn 1e-4, sklearn 1e-6 | torch | sklearn "
@@ -496,6 +587,9 @@ def main() -> None:
                         "(default: slope -1.5 over the first half, condition 2.5e5)")
     parser.add_argument("--signal", type=float, default=4.0, help="--scale: separation of the powerlaw rows' "
                         "classes along their mid-spectrum direction, in own-noise deviations")
+    parser.add_argument("--sampled", action="store_true", help="research sizes on a shared machine: one powerlaw "
+                        "layer per --sizes, scikit-learn on --sklearn-problems of the 6 problems (see sampled_table)")
+    parser.add_argument("--sklearn-problems", type=int, default=1, help="--sampled: folds scikit-learn fits (1-6)")
     parser.add_argument("--store", help="the real row's store (default: xcomps-sample extracted into --cache)")
     parser.add_argument("--gpu", action="store_true", help="run the large GPU-against-CPU case instead")
     parser.add_argument("--device", help="--gpu: the fast device (default cuda)")
@@ -507,7 +601,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with threadpool_limits(args.threads):
-        if args.scale:
+        if args.sampled:
+            sampled_table(args)
+        elif args.scale:
             scale_table(args)
         elif args.gpu:
             gpu_case(args)
