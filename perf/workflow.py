@@ -501,6 +501,9 @@ def main(argv: list[str] | None = None) -> int:
                         "take turns (perf/timing.py); ratios are the medians of the within-round ones")
     parser.add_argument("--shared", action="store_true", help="say in the table that the machine was shared")
     args = parser.parse_args(argv)
+    if args.pairs < 2:  # one pair per language × type: no pair-grouped folds can be cut for the probes
+        parser.error("--pairs must be at least 2: the probe phase's folds keep each pair together, and one "
+                     "pair per language × negative type cannot be split into folds")
     rows = run(args)
     n_languages = len(args.languages.split(","))
     header = {"shape": args.shape, "folds": folds(args), "hardware": hardware(args.device), "device": args.device,

@@ -68,3 +68,11 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     assert rows == sum(s.n_tokens for s in dict(zip(texts, scored)).values())
     for phase in ("extract", "direct"):
         assert calls.replay(phase, tiny.device) > 0
+
+
+def test_one_pair_per_cell_is_refused_before_any_work():
+    """--pairs 1 leaves one pair per language × negative type, which pair-grouped folds cannot split: the
+    script says so and exits before building a model."""
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--shape", "tiny", "--pairs", "1",
+                           "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and "--pairs must be at least 2" in done.stderr
