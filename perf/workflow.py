@@ -160,13 +160,14 @@ class Meter:
             self._sampling = True
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
-        self.start = time.perf_counter()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc):
         if self.cuda:
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self.start
+        self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
         if self.cuda:
             self._sampling = False
@@ -249,7 +250,7 @@ class ModelCalls:
         self.lm.parts.body.forward, self.lm.parts.logits = self.forward, self.logits
         return False
 
-    def replay(self, phase: str, device: torch.device) -> float:
+    def replay(self, phase: str, device: torch.device) -> tuple[float, float]:
         """Seconds of the phase's model calls run again bare: each body forward on the recorded inputs
         (with a zero-filled cache of the recorded shapes where it had one, built outside the clock), each
         projection on as many zero rows followed by the log-normaliser and the target gather, as the
@@ -258,7 +259,7 @@ class ModelCalls:
 
         from babelprobe.benchmarks.core.logprobs import _logsumexp_
 
-        lm, seconds = self.lm, 0.0
+        lm, seconds, cpu = self.lm, 0.0, 0.0
         with torch.inference_mode():
             for call in self.calls.get(phase, []):
                 if call[0] == "body":
@@ -280,7 +281,8 @@ class ModelCalls:
                         logits.gather(1, targets)
                         _logsumexp_(logits)
                 seconds += clock.seconds
-        return seconds
+                cpu += clock.cpu_seconds
+        return seconds, cpu
 
 
 class Clock:
@@ -292,13 +294,14 @@ class Clock:
     def __enter__(self):
         if self.cuda:
             torch.cuda.synchronize()
-        self.start = time.perf_counter()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc):
         if self.cuda:
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self.start
+        self.cpu_seconds = time.process_time() - self.cpu_start
         return False
 
 
@@ -327,13 +330,13 @@ class FitCalls:
         self.runner.fit_predict = self.original
         return False
 
-    def replay(self, device: torch.device) -> float:
+    def replay(self, device: torch.device) -> tuple[float, float]:
         from babelprobe.probes.run import group_workers, map_groups
 
         workers = group_workers(None, "torch", None, len(self.calls))
         with Meter(device) as meter:
             map_groups(lambda call: self.original(*call[0], **call[1]), self.calls, workers, False)
-        return meter.seconds
+        return meter.seconds, meter.cpu_seconds
 
 
 # ------------------------------------------------------------------------------------------------- the run
@@ -439,14 +442,17 @@ def table(done: list[dict], args) -> list[dict]:
                "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
                "baseline_ratio": _median([b[0] / m.seconds for b, m in zip(base, ours, strict=True)]) if base[0]
                else None,
-               "floor": FLOOR_NAMES[name], "floor_seconds": round(min(floor), 3),
-               "floor_ratio": _median([f / m.seconds for f, m in zip(floor, ours, strict=True)]),
+               "floor": FLOOR_NAMES[name], "floor_seconds": round(min(f[0] for f in floor), 3),
+               "floor_ratio": _median([f[0] / m.seconds for f, m in zip(floor, ours, strict=True)]),
+               # CPU seconds of this process: what a shared machine's other users change least
+               "cpu_seconds": round(best.cpu_seconds, 3),
+               "floor_cpu_ratio": _median([f[1] / m.cpu_seconds for f, m in zip(floor, ours, strict=True)]),
                "rounds": len(done), "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2)}
         rows.append(row)
     total = min(r["babelprobe"][1] for r in done)
     rows.append({"phase": "total", "seconds": round(total, 3), "tokens_per_s": None, "baseline": "",
                  "baseline_seconds": None, "baseline_ratio": None, "floor": "", "floor_seconds": None,
-                 "floor_ratio": None, "rounds": len(done), "peak_gib": None, "gpu_busy": None})
+                 "floor_ratio": None, "cpu_seconds": None, "floor_cpu_ratio": None, "rounds": len(done), "peak_gib": None, "gpu_busy": None})
     return rows
 
 
@@ -466,11 +472,12 @@ def markdown(rows: list[dict], header: dict) -> str:
              f"{header['languages']} languages, batch_tokens {header['batch_tokens']}, {header['dtype']}, "
              f"{header['rounds']} round(s){', shared machine' if header.get('shared') else ''})", "",
              "| phase | seconds | tokens/s | baseline | baseline s | baseline/babelprobe | floor | floor s | "
-             "floor/babelprobe | peak GiB | GPU busy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "floor/babelprobe | CPU s | floor/babelprobe (CPU) | peak GiB | GPU busy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [r["phase"], r["seconds"], r["tokens_per_s"], r["baseline"], r["baseline_seconds"],
-                 r["baseline_ratio"], r["floor"], r["floor_seconds"], r["floor_ratio"], r["peak_gib"], r["gpu_busy"]]
+                 r["baseline_ratio"], r["floor"], r["floor_seconds"], r["floor_ratio"], r["cpu_seconds"],
+                 r["floor_cpu_ratio"], r["peak_gib"], r["gpu_busy"]]
         lines.append("| " + " | ".join("" if c is None or c != c else str(c) for c in cells) + " |")
     return "\n".join(lines)
 

@@ -30,6 +30,7 @@ def test_workflow_smoke_run_reports_every_phase(tmp_path):
         row = phases[name]
         assert row["seconds"] > 0 and row["baseline_seconds"] > 0 and row["baseline_ratio"] > 0, name
         assert row["floor_seconds"] > 0 and row["floor_ratio"] > 0, name
+        assert row["cpu_seconds"] > 0 and row["floor_cpu_ratio"] > 0, name
     for name in ("direct", "meta", "extract"):
         assert phases[name]["tokens_per_s"] > 0, name
     table = (tmp_path / "w.md").read_text()
@@ -67,7 +68,7 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     rows = sum(call[1][0] for call in calls.calls["direct"] if call[0] == "logits")
     assert rows == sum(s.n_tokens for s in dict(zip(texts, scored)).values())
     for phase in ("extract", "direct"):
-        assert calls.replay(phase, tiny.device) > 0
+        assert min(calls.replay(phase, tiny.device)) > 0
 
 
 def test_one_pair_per_cell_is_refused_before_any_work():
