@@ -37,7 +37,9 @@ Each phase is reported against two references measured in the same run:
 A warm-up forward runs before anything is timed, so no phase pays the first call's set-up. With
 `--repeat R` the whole comparison, the floors and the baselines take turns R times (perf/timing.py:
 alternating order, a fresh run directory each time); the ratios are the medians of the within-round
-ratios. For each phase: wall seconds, tokens/s, both references and their ratios to babelprobe, peak
+ratios. For each phase: wall seconds, tokens/s, both references and their ratios to babelprobe, the
+process's CPU seconds and floor/babelprobe in CPU seconds (on a shared CPU the wall-clock ratio of runs
+minutes apart moves with other users' load; run with OMP_NUM_THREADS=1 there so CPU time is work), peak
 accelerator memory and, on CUDA with NVML, the GPU-busy fraction. The table is printed and written as
 JSON and Markdown (`--json`, `--markdown`) so that a run on a lent GPU can go into the README with the
 hardware named. Timings on a shared machine are noisy: compare ratios, rerun on a quiet one.
