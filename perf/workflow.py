@@ -1,6 +1,6 @@
 """The whole XCOMPS workflow, timed per phase: `compare` (meta, direct, extraction, probes) end to end on
-XCOMPS-sized synthetic items and a randomly initialised model, each phase against its limit measured
-in the same run.
+XCOMPS-sized synthetic items and a randomly initialised model, each phase against a naive baseline and
+against its floor (the same model work, bare), both measured in the same run.
 
     .venv/bin/python perf/workflow.py --shape tiny --pairs 4 --device cpu          # a smoke run (the test)
     .venv/bin/python perf/workflow.py --shape llama-3.1-8b --pairs 135 --device cuda  # the headline goal
@@ -14,15 +14,35 @@ output layer of the Llama shapes about twice as large as Llama's own 128k one (d
 therefore measured on a harder case). `--shape tiny` (the smoke run) has a 2,000-token BPE trained on
 the run's texts instead, so that it takes seconds. `--shape default` uses the real Gemma-3-270M.
 
-Phases and their limits (the limit runs the same texts in babelprobe's own batches, nothing else):
-  direct    sentence log-probabilities       vs a bare forward with full logits over the item texts
-  meta      metalinguistic prompts, 2 orders vs a bare forward with full logits over every prompt+answer
-  extract   every layer's last-token state   vs a bare forward of the model body (no output layer)
-  probe     the probe sweep (all groups)      vs the scikit-learn loop on the same store (`--no-sklearn`: skip)
-For each: wall seconds, tokens/s, the ratio limit/babelprobe (1.0 = as fast as the limit; probe: how
-many times faster than scikit-learn), peak accelerator memory and, on CUDA with NVML, the GPU-busy
-fraction. The table is printed and written as JSON and Markdown (`--json`, `--markdown`) so that a run
-on a lent GPU can go into the README with the hardware named.
+Each phase is reported against two references measured in the same run:
+
+  baseline  the naive way a user would do it (the texts through a plain HF forward):
+              direct   a forward with full logits over the item texts
+              meta     a forward with full logits over every prompt + answer, both orders
+              extract  a forward of the model body over the item texts (no output layer)
+              probe    the scikit-learn loop on the same store (`--no-sklearn`: skip)
+  floor     the least work the phase must do, through the same code path: the model calls babelprobe
+            made in that phase, recorded during its run and replayed bare (same inputs, same batches,
+            nothing captured, written, scored or tabulated):
+              extract  the body forward of the same batches (no hooks, no pooling, no writing)
+              direct   the body forward of the same batches (distinct texts) + the vocabulary projection
+                       and log-normaliser of only the rows that predict a scored token
+              meta     the same over the prefix tree: every shared prefix token run once (zero-filled
+                       KV caches of the recorded shapes stand in for the real ones)
+              probe    the solver's fits (`fit_predict` of every group, same problems, same parallelism)
+            so floor/babelprobe ≤ 1 by construction and 1 − floor/babelprobe is the share of the phase
+            that babelprobe spends outside the model (tokenising, batching, KV bookkeeping, hooks,
+            writing; for probes: folds, metrics, bootstrap intervals, tables).
+
+A warm-up forward runs before anything is timed, so no phase pays the first call's set-up. With
+`--repeat R` the whole comparison, the floors and the baselines take turns R times (perf/timing.py:
+alternating order, a fresh run directory each time); the ratios are the medians of the within-round
+ratios. For each phase: wall seconds, tokens/s, both references and their ratios to babelprobe, the
+process's CPU seconds and floor/babelprobe in CPU seconds (on a shared CPU the wall-clock ratio of runs
+minutes apart moves with other users' load; run with OMP_NUM_THREADS=1 there so CPU time is work), peak
+accelerator memory and, on CUDA with NVML, the GPU-busy fraction. The table is printed and written as
+JSON and Markdown (`--json`, `--markdown`) so that a run on a lent GPU can go into the README with the
+hardware named. Timings on a shared machine are noisy: compare ratios, rerun on a quiet one.
 """
 
 from __future__ import annotations
@@ -41,6 +61,8 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from timing import rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe import comparison  # noqa: E402
 from babelprobe.benchmarks.meta import meta_requests, prompt_texts  # noqa: E402
@@ -140,13 +162,14 @@ class Meter:
             self._sampling = True
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
-        self.start = time.perf_counter()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc):
         if self.cuda:
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self.start
+        self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
         if self.cuda:
             self._sampling = False
@@ -167,8 +190,8 @@ class Meter:
 
 
 def bare_forward(lm, texts: list[str], batch_tokens: int, head: bool, device: torch.device) -> tuple[float, int]:
-    """Seconds and tokens of the limit: the texts through the model in length-sorted batches under the
-    token budget, with (`head`) or without the output layer."""
+    """Seconds and tokens of a baseline: the texts through the model in length-sorted batches under the
+    token budget, with (`head`: HF's own forward, every position's logits) or without the output layer."""
     encodings = lm.encode(texts, truncate=True)
     batches = length_batches([len(e.ids) for e in encodings], batch_tokens)
     with torch.inference_mode(), Meter(device) as meter:
@@ -189,81 +212,274 @@ def meta_texts(items: pd.DataFrame) -> list[str]:
     return texts
 
 
+# ------------------------------------------------------------------------------------------- the floor
+
+class ModelCalls:
+    """Records the model calls babelprobe makes in each phase, to replay them bare (the floor).
+
+    While `phase` is set, every forward of the model body (`lm.parts.body`) is recorded with its inputs
+    (token ids, mask, positions: copies) and the shapes of the KV cache it was given, and every
+    vocabulary projection (`lm.parts.logits`) with its number of rows. The originals run unchanged."""
+
+    def __init__(self, lm):
+        self.lm, self.phase = lm, None
+        self.calls: dict[str, list] = {}
+
+    def __enter__(self):
+        body, parts = self.lm.parts.body, self.lm.parts
+        self.forward, self.logits = body.forward, parts.logits
+
+        def forward(*args, **kwargs):
+            if self.phase is not None:
+                cache = kwargs.get("past_key_values")
+                shapes = None if cache is None else [(layer.keys.shape, layer.values.shape, layer.keys.dtype)
+                                                     for layer in cache.layers
+                                                     if getattr(layer, "keys", None) is not None]
+                inputs = {k: v.detach().clone() for k, v in kwargs.items() if torch.is_tensor(v)}
+                flags = {k: v for k, v in kwargs.items() if not torch.is_tensor(v) and k != "past_key_values"}
+                self.calls.setdefault(self.phase, []).append(("body", inputs, flags, shapes))
+            return self.forward(*args, **kwargs)
+
+        def logits(hidden):
+            if self.phase is not None:
+                self.calls.setdefault(self.phase, []).append(("logits", hidden.shape, hidden.dtype))
+            return self.logits(hidden)
+
+        body.forward, parts.logits = forward, logits
+        return self
+
+    def __exit__(self, *exc):
+        self.lm.parts.body.forward, self.lm.parts.logits = self.forward, self.logits
+        return False
+
+    def replay(self, phase: str, device: torch.device) -> tuple[float, float]:
+        """Seconds of the phase's model calls run again bare: each body forward on the recorded inputs
+        (with a zero-filled cache of the recorded shapes where it had one, built outside the clock), each
+        projection on as many zero rows followed by the log-normaliser and the target gather, as the
+        scorers do. Only the calls themselves are timed."""
+        from transformers import DynamicCache
+
+        from babelprobe.benchmarks.core.logprobs import _logsumexp_
+
+        lm, seconds, cpu = self.lm, 0.0, 0.0
+        with torch.inference_mode():
+            for call in self.calls.get(phase, []):
+                if call[0] == "body":
+                    _, inputs, flags, shapes = call
+                    kwargs = dict(inputs, **flags)
+                    if shapes is not None:
+                        kwargs["past_key_values"] = cache = DynamicCache()
+                        for layer, (k, v, dtype) in enumerate(shapes):
+                            cache.update(torch.zeros(k, dtype=dtype, device=lm.device),
+                                         torch.zeros(v, dtype=dtype, device=lm.device), layer)
+                    with Clock(device) as clock:
+                        self.forward(**kwargs)
+                else:
+                    _, shape, dtype = call
+                    states = torch.zeros(shape, dtype=dtype, device=lm.device)
+                    targets = torch.zeros(shape[0], 1, dtype=torch.long, device=lm.device)
+                    with Clock(device) as clock:
+                        logits = self.logits(states).float()
+                        logits.gather(1, targets)
+                        _logsumexp_(logits)
+                seconds += clock.seconds
+                cpu += clock.cpu_seconds
+        return seconds, cpu
+
+
+class Clock:
+    """Wall seconds of a block, the device synchronised at both ends (light enough to wrap every call)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def __enter__(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.start
+        self.cpu_seconds = time.process_time() - self.cpu_start
+        return False
+
+
+class FitCalls:
+    """Records the solver calls of the probe phase (`fit_predict` as the sweep calls it, per group) and
+    replays them with the sweep's own parallelism: the probe phase's floor."""
+
+    def __init__(self):
+        self.calls: list = []
+        self.recording = False
+
+    def __enter__(self):
+        import babelprobe.probes.run as runner
+
+        self.runner, self.original = runner, runner.fit_predict
+
+        def recorded(*args, **kwargs):
+            if self.recording:
+                self.calls.append((args, kwargs))
+            return self.original(*args, **kwargs)
+
+        runner.fit_predict = recorded
+        return self
+
+    def __exit__(self, *exc):
+        self.runner.fit_predict = self.original
+        return False
+
+    def replay(self, device: torch.device) -> tuple[float, float]:
+        from babelprobe.probes.run import group_workers, map_groups
+
+        workers = group_workers(None, "torch", None, len(self.calls))
+        with Meter(device) as meter:
+            map_groups(lambda call: self.original(*call[0], **call[1]), self.calls, workers, False)
+        return meter.seconds, meter.cpu_seconds
+
+
 # ------------------------------------------------------------------------------------------------- the run
+
+PHASES = (("direct", "direct"), ("meta", "meta"), ("extract", "extract"), ("probe", "neuro"))
+BASELINE_NAMES = {"direct": "HF forward, all logits", "meta": "HF forward, all logits",
+                  "extract": "body forward, own batches", "probe": "scikit-learn loop"}
+FLOOR_NAMES = {"direct": "body + needed rows' logits", "meta": "prefix tree + needed rows' logits",
+               "extract": "body forward, same batches", "probe": "solver fits only"}
+
 
 def run(args) -> list[dict]:
     device = torch.device(args.device)
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")), seed=args.seed)
     lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *meta_texts(items)])
-    phases: dict[str, Meter] = {}
+    warm_up(lm)
+    calls, fits = ModelCalls(lm), FitCalls()
+    with calls, fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        runs = {"babelprobe": lambda: babelprobe_run(lm, items, Path(tmp), args, device, calls, fits),
+                "floor": lambda: floor_runs(calls, fits, device),
+                "baseline": lambda: baseline_runs(lm, items, Path(tmp), args, device)}
+        if args.no_baseline:  # the naive baselines take long (meta's: every position's logits over 262k)
+            runs["baseline"] = dict
+        rounds_done = rounds(runs, args.repeat)
+    return table(rounds_done, args)
 
-    # time compare's own stages: the stage runner (direct, meta, neuro) and the store step (extract)
+
+def warm_up(lm) -> None:
+    """One short forward and projection before anything is timed (first-call set-up of the kernels)."""
+    encodings = lm.encode(["warm up " * 8], truncate=True)
+    with torch.inference_mode():
+        batch = pad_batch(encodings, lm.pad_token_id, "right", lm.device)
+        hidden = lm.parts.body(**batch, use_cache=False).last_hidden_state
+        lm.parts.logits(hidden[0, :2]).float()
+
+
+def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: FitCalls) -> dict:
+    """`compare` into a fresh directory, each phase timed; the first run records the model and solver calls."""
+    phases: dict[str, Meter] = {}
     stage, ensure_store = RunDir.stage, comparison._ensure_store
+    recording = not calls.calls
 
     def timed_stage(self, name, settings, produce, output, read):
-        with Meter(device) as phases[name]:
-            return stage(self, name, settings, produce, output, read)
+        calls.phase = name if recording else None
+        fits.recording = recording and name == "neuro"
+        try:
+            with Meter(device) as phases[name]:
+                return stage(self, name, settings, produce, output, read)
+        finally:
+            calls.phase, fits.recording = None, False
 
     def timed_store(*a, **k):
-        with Meter(device) as phases["extract"]:
-            return ensure_store(*a, **k)
+        calls.phase = "extract" if recording else None
+        try:
+            with Meter(device) as phases["extract"]:
+                return ensure_store(*a, **k)
+        finally:
+            calls.phase = None
 
+    out = Path(tempfile.mkdtemp(dir=tmp, prefix="compare-"))
     RunDir.stage, comparison._ensure_store = timed_stage, timed_store
     try:
-        with tempfile.TemporaryDirectory(dir=args.tmp) as out, Meter(device) as total:
-            comparison.compare(lm, items, out, folds=folds(args), batch_tokens=args.batch_tokens,
-                               progress=not args.no_progress)
-            limits = limit_runs(lm, items, Path(out) / "acts", args, device)
+        comparison.compare(lm, items, out, folds=folds(args), batch_tokens=args.batch_tokens,
+                           progress=not args.no_progress)
     finally:
         RunDir.stage, comparison._ensure_store = stage, ensure_store
-    tokens = {"direct": limits["direct"][1], "meta": limits["meta"][1], "extract": limits["extract"][1]}
-    rows = []
-    for name, phase in (("direct", "direct"), ("meta", "meta"), ("extract", "extract"), ("probe", "neuro")):
-        meter = phases[phase]
-        limit = limits.get(name)
-        row = {"phase": name, "seconds": round(meter.seconds, 3),
-               "tokens_per_s": round(tokens[name] / meter.seconds, 1) if name in tokens else None,
-               "limit": LIMIT_NAMES[name], "limit_seconds": round(limit[0], 3) if limit else None,
-               "ratio": round(limit[0] / meter.seconds, 3) if limit else None,
-               "peak_gib": round(meter.peak_gib, 2), "gpu_busy": round(meter.gpu_busy, 2)}
-        rows.append(row)
-    rows.append({"phase": "total", "seconds": round(total.seconds, 3), "limit": "", "tokens_per_s": None,
-                 "limit_seconds": None, "ratio": None, "peak_gib": None, "gpu_busy": None})
-    return rows
+    return {"phases": {name: phases[phase] for name, phase in PHASES}, "acts": out / "acts"}
 
 
-def folds(args) -> int:
-    """XCOMPS's 5 folds, fewer when a smoke run has fewer pairs per group than that."""
-    return min(5, args.pairs)
+def floor_runs(calls: ModelCalls, fits: FitCalls, device) -> dict:
+    out = {name: calls.replay(phase, device) for name, phase in PHASES if name != "probe"}
+    out["probe"] = fits.replay(device)
+    return out
 
 
-LIMIT_NAMES = {"direct": "bare forward with logits", "meta": "bare forward with logits",
-               "extract": "bare forward, no head", "probe": "scikit-learn loop"}
-
-
-def limit_runs(lm, items: pd.DataFrame, acts: Path, args, device) -> dict[str, tuple[float, int]]:
-    limits = {"direct": bare_forward(lm, items["text"].tolist(), args.batch_tokens, True, device),
-              "meta": bare_forward(lm, meta_texts(items), args.batch_tokens, True, device),
-              "extract": bare_forward(lm, items["text"].tolist(), args.batch_tokens, False, device)}
-    if not args.no_sklearn:
+def baseline_runs(lm, items, tmp: Path, args, device) -> dict:
+    out = {"direct": bare_forward(lm, items["text"].tolist(), args.batch_tokens, True, device),
+           "meta": bare_forward(lm, meta_texts(items), args.batch_tokens, True, device),
+           "extract": bare_forward(lm, items["text"].tolist(), args.batch_tokens, False, device)}
+    stores = sorted(tmp.glob("compare-*/acts"))
+    if not args.no_sklearn and stores:
         from babelprobe.probes import sweep
 
         with Meter(device) as meter:
-            sweep(acts, folds=folds(args), solver="sklearn", items=items, progress=False)
-        limits["probe"] = (meter.seconds, 0)
-    return limits
+            sweep(stores[0], folds=folds(args), solver="sklearn", items=items, progress=False)
+        out["probe"] = (meter.seconds, 0)
+    return out
+
+
+def table(done: list[dict], args) -> list[dict]:
+    """One row per phase: babelprobe's fastest round, both references' fastest, and the median of each
+    within-round ratio (reference seconds / babelprobe seconds)."""
+    rows = []
+    for name, _ in PHASES:
+        ours = [r["babelprobe"][0]["phases"][name] for r in done]
+        base = [r["baseline"][0].get(name) for r in done]
+        floor = [r["floor"][0][name] for r in done]
+        best = min(ours, key=lambda m: m.seconds)
+        tokens = base[0][1] if base[0] else 0
+        row = {"phase": name, "seconds": round(best.seconds, 3),
+               "tokens_per_s": round(tokens / best.seconds, 1) if tokens else None,
+               "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
+               "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
+               "baseline_ratio": _median([b[0] / m.seconds for b, m in zip(base, ours, strict=True)]) if base[0]
+               else None,
+               "floor": FLOOR_NAMES[name], "floor_seconds": round(min(f[0] for f in floor), 3),
+               "floor_ratio": _median([f[0] / m.seconds for f, m in zip(floor, ours, strict=True)]),
+               # CPU seconds of this process: what a shared machine's other users change least
+               "cpu_seconds": round(best.cpu_seconds, 3),
+               "floor_cpu_ratio": _median([f[1] / m.cpu_seconds for f, m in zip(floor, ours, strict=True)]),
+               "rounds": len(done), "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2)}
+        rows.append(row)
+    total = min(r["babelprobe"][1] for r in done)
+    rows.append({"phase": "total", "seconds": round(total, 3), "tokens_per_s": None, "baseline": "",
+                 "baseline_seconds": None, "baseline_ratio": None, "floor": "", "floor_seconds": None,
+                 "floor_ratio": None, "cpu_seconds": None, "floor_cpu_ratio": None, "rounds": len(done), "peak_gib": None, "gpu_busy": None})
+    return rows
+
+
+def _median(values: list[float]) -> float:
+    return round(float(np.median(values)), 3)
+
+
+def folds(args) -> int:
+    """XCOMPS's 5 folds, fewer when a smoke run has fewer pairs per group than that (2 at least)."""
+    return max(2, min(5, args.pairs))
 
 
 # ---------------------------------------------------------------------------------------------- reporting
 
 def markdown(rows: list[dict], header: dict) -> str:
     lines = [f"**{header['shape']}** on {header['hardware']} ({header['pairs_total']} pairs, "
-             f"{header['languages']} languages, batch_tokens {header['batch_tokens']}, {header['dtype']})", "",
-             "| phase | seconds | tokens/s | limit | limit s | limit/babelprobe | peak GiB | GPU busy |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"{header['languages']} languages, batch_tokens {header['batch_tokens']}, {header['dtype']}, "
+             f"{header['rounds']} round(s){', shared machine' if header.get('shared') else ''})", "",
+             "| phase | seconds | tokens/s | baseline | baseline s | baseline/babelprobe | floor | floor s | "
+             "floor/babelprobe | CPU s | floor/babelprobe (CPU) | peak GiB | GPU busy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cells = [r["phase"], r["seconds"], r["tokens_per_s"], r["limit"], r["limit_seconds"], r["ratio"],
-                 r["peak_gib"], r["gpu_busy"]]
+        cells = [r["phase"], r["seconds"], r["tokens_per_s"], r["baseline"], r["baseline_seconds"],
+                 r["baseline_ratio"], r["floor"], r["floor_seconds"], r["floor_ratio"], r["cpu_seconds"],
+                 r["floor_cpu_ratio"], r["peak_gib"], r["gpu_busy"]]
         lines.append("| " + " | ".join("" if c is None or c != c else str(c) for c in cells) + " |")
     return "\n".join(lines)
 
@@ -284,18 +500,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn probe baseline")
+    parser.add_argument("--no-baseline", action="store_true", help="skip every naive baseline (floors only)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp", help="where the run directory goes (default: the system's temporary dir)")
     parser.add_argument("--json", help="write the table as JSON here")
     parser.add_argument("--markdown", help="write the table as Markdown here")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds in which compare, the floors and the baselines "
+                        "take turns (perf/timing.py); ratios are the medians of the within-round ones")
+    parser.add_argument("--shared", action="store_true", help="say in the table that the machine was shared")
     args = parser.parse_args(argv)
+    if args.pairs < 2:  # one pair per language × type: no pair-grouped folds can be cut for the probes
+        parser.error("--pairs must be at least 2: the probe phase's folds keep each pair together, and one "
+                     "pair per language × negative type cannot be split into folds")
     rows = run(args)
     n_languages = len(args.languages.split(","))
     header = {"shape": args.shape, "folds": folds(args), "hardware": hardware(args.device), "device": args.device,
               "dtype": args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"),
               "pairs_per_cell": args.pairs, "pairs_total": args.pairs * n_languages * len(SUBSETS),
-              "languages": n_languages, "batch_tokens": args.batch_tokens, "torch": torch.__version__}
+              "languages": n_languages, "batch_tokens": args.batch_tokens, "torch": torch.__version__,
+              "rounds": args.repeat, "shared": args.shared}
     table = markdown(rows, header)
     print(table)
     if args.json:

@@ -3,6 +3,8 @@ automatic choice between them, and the probe metrics against sklearn.metrics."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from sklearn.preprocessing import StandardScaler
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.probes.metrics import accuracies, aucs, f1_scores
+from babelprobe.probes.precondition import KAPPA_MIN, GramPreconditioner, cholesky, conditioning, gram
 from babelprobe.probes.solvers import (
     choose_method,
     exact_bytes_per_layer,
@@ -20,6 +23,7 @@ from babelprobe.probes.solvers import (
     fit_predict,
     layer_chunk,
     lbfgs_bytes_per_layer,
+    plbfgs_bytes_per_layer,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
@@ -141,7 +145,7 @@ def test_single_class_problem_is_the_constant_classifier():
     np.testing.assert_allclose(scores[1], fit_predict(X, y[1:2], train[1:2], 1.0)[0])
 
 
-@pytest.mark.parametrize("solver", ["newton", "lbfgs"])
+@pytest.mark.parametrize("solver", ["newton", "lbfgs", "plbfgs"])
 def test_layer_chunking_does_not_change_results(solver):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(30, 5, 20))
@@ -149,7 +153,8 @@ def test_layer_chunking_does_not_change_results(solver):
     train = np.stack([np.arange(30) >= 6, np.arange(30) < 24])
     options = dict(solver=solver, dtype=torch.float64, tol=None if solver == "newton" else 1e-10)
     whole = fit_predict(X, y, train, 1.0, **options)
-    one_layer = (exact_bytes_per_layer(30, 24, 20, 2, 8) if solver == "newton" else lbfgs_bytes_per_layer(30, 20, 2, 8))
+    one_layer = {"newton": exact_bytes_per_layer(30, 24, 20, 2, 8), "lbfgs": lbfgs_bytes_per_layer(30, 20, 2, 8),
+                 "plbfgs": plbfgs_bytes_per_layer(30, 20, 2, 8)}[solver]
     assert layer_chunk(30, 24, 20, 2, 5, 8, 1.5 * one_layer / 2**30, solver) == 1
     chunked = fit_predict(X, y, train, 1.0, memory_gb=1.5 * one_layer / 2**30, **options)  # one layer at a time
     np.testing.assert_allclose(whole, chunked, atol=1e-8)
@@ -184,11 +189,12 @@ def test_torch_picks_lbfgs_above_the_threshold_and_reaches_sklearns_optimum():
     rng = np.random.default_rng(11)
     X, y, train = large_case(rng)
     n, L, d = X.shape
-    assert choose_method("torch", n, n, d, 3, 4, 2.0, exact_max=16) == "lbfgs"
+    # these standardised activations are close to isotropic: the estimate of their conditioning is small
+    assert choose_method("torch", n, n, d, 3, 4, 2.0, exact_max=16, conditioning=1.0) == "lbfgs"
     assert choose_method("torch", n, n, d, 3, 4, 2.0) == "newton"  # the default threshold keeps exact Newton here
     ref, models = sklearn_pipelines(X, y, train, 0.5)
     scores, fit = fit_predict(X, y, train, 0.5, exact_max=16, dtype=torch.float64, tol=1e-10, return_fit=True)
-    assert fit.method == "lbfgs"
+    assert fit.method == "lbfgs" and (fit.info["conditioning"] < KAPPA_MIN).all()
     np.testing.assert_allclose(scores, ref, rtol=1e-6, atol=1e-6 * np.abs(ref).max())
     for (p, layer), model in models.items():
         scaler, logistic = model
@@ -232,7 +238,10 @@ def test_lbfgs_layers_in_threads_give_the_same_scores():
 def test_choice_by_size_and_memory():
     gb = 2**30
     assert choose_method("torch", 136, 109, 640, 6, 4, 2.0) == "newton"  # the bundled sample
-    assert choose_method("torch", 8000, 6400, 4096, 6, 4, 2.0) == "lbfgs"
+    assert choose_method("torch", 8000, 6400, 4096, 6, 4, 2.0) == "plbfgs"  # conditioning not yet measured
+    assert choose_method("torch", 8000, 6400, 4096, 6, 4, 2.0, conditioning=40.0) == "plbfgs"  # like real ones
+    assert choose_method("torch", 8000, 6400, 4096, 6, 4, 2.0, conditioning=1.0) == "lbfgs"  # isotropic
+    assert choose_method("torch", 8000, 6400, 4096, 6, 4, 0.4) == "lbfgs"  # the d × d factors would not fit
     assert choose_method("torch", 20_000, 20_000, 64, 6, 4, 2.0) == "newton"  # few dims: (d+1)² systems
     assert choose_method("torch", 400, 320, 640, 6, 4, 1e-3) == "lbfgs"  # exact would not fit one layer
     with pytest.raises(BabelprobeError, match="--solver newton needs .* GB .* --memory-gb 0.001"):
@@ -272,3 +281,129 @@ def test_metrics_match_sklearn():
         assert acc == pytest.approx(accuracy_score(labels, row > 0))
         assert auc == pytest.approx(roc_auc_score(labels, row))
     assert np.isnan(aucs(scores, np.ones(25))).all()
+
+
+# ------------------------------------------------------- L-BFGS preconditioned by each layer's Gram
+
+def ill_conditioned(rng, n=300, L=2, d=40, condition=1e6):
+    """Activations whose standardised covariance has condition ~`condition`: latent Gaussians with
+    eigenvalues log-spaced from 1 down to 1/condition, turned by one random rotation (so standardising
+    keeps the spectrum), then given raw offsets and unequal scales; the label's signal lies along the
+    eigenvector at mid-spectrum (variance 1e-3), with three pairs of folds and an all-rows problem."""
+    values = np.logspace(0, -np.log10(condition), d)
+    rotation = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    labels = np.tile([0, 1], n // 2)
+    latent = rng.normal(size=(n, L, d)) * np.sqrt(values)
+    latent[:, :, d // 2] += (labels - 0.5)[:, None] * 2 * np.sqrt(values[d // 2])
+    X = latent @ rotation.T * rng.uniform(0.5, 3, size=d) + rng.uniform(-40, 40, size=d)
+    train = np.stack([np.arange(n) % 3 != 0, np.arange(n) % 3 != 1, np.arange(n) % 3 != 2, np.ones(n, bool)])
+    return X, np.tile(labels, (4, 1)), train
+
+
+def test_plbfgs_equals_sklearn_on_ill_conditioned_data():
+    """Condition 1e6 (checked on the data): the Gram-preconditioned L-BFGS gives scikit-learn's decision
+    function (exact Newton, `newton-cholesky`, run to tol 1e-10) to 1e-4, in a small fraction of plain
+    L-BFGS's iterations; solver="torch" (with exact Newton's size limit lowered) measures the conditioning
+    and picks it."""
+    rng = np.random.default_rng(21)
+    X, y, train = ill_conditioned(rng)
+    n, L, d = X.shape
+    for layer in range(L):
+        z = StandardScaler().fit_transform(X[:, layer])
+        values = np.linalg.eigvalsh(z.T @ z / n)
+        assert values[-1] / values[0] > 1e5
+    ref = np.empty((len(y), L, n))
+    for p in range(len(y)):
+        for layer in range(L):
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, solver="newton-cholesky", tol=1e-10,
+                                                                      max_iter=1000))
+            ref[p, layer] = model.fit(X[train[p], layer], y[p, train[p]]).decision_function(X[:, layer])
+    options = dict(dtype=torch.float64, tol=1e-10, max_iter=20_000, return_fit=True)
+    scores, fit = fit_predict(X, y, train, 1.0, solver="plbfgs", **options)
+    np.testing.assert_allclose(scores, ref, rtol=0, atol=1e-4)
+    _, plain = fit_predict(X, y, train, 1.0, solver="lbfgs", **options)
+    assert fit.method == "plbfgs" and fit.n_iter.max() * 5 < plain.n_iter.max()
+    chosen, fit = fit_predict(X, y, train, 1.0, exact_max=16, **options)
+    assert fit.method == "plbfgs" and (fit.info["conditioning"] >= KAPPA_MIN).all()
+    np.testing.assert_allclose(chosen, ref, rtol=0, atol=1e-4)
+    single = fit_predict(X, y, train, 1.0, solver="plbfgs")  # float32, default tolerance
+    assert np.abs(single - ref).max() < 1e-2 * np.abs(ref).max()
+    assert ((single > 0) == (ref > 0)).mean() > 0.995
+
+
+def test_gram_preconditioner_pieces_against_numpy():
+    """The Gram (lower blocks only), the blocked Cholesky, the λ₁ estimate and the whitening: each against
+    numpy's own computation of the same quantity."""
+    rng = np.random.default_rng(22)
+    X = torch.tensor(rng.normal(size=(500, 20)) @ rng.normal(size=(20, 300)) + 0.1 * rng.normal(size=(500, 300)))
+    np.testing.assert_allclose(gram(X, block=128).numpy(), X.numpy().T @ X.numpy(), rtol=1e-12, atol=1e-9)
+    A = gram(X) + torch.eye(300, dtype=X.dtype)
+    L, ok = cholesky(A[None], leaf=32)
+    assert ok
+    np.testing.assert_allclose(L[0].numpy(), np.linalg.cholesky(A.numpy()), rtol=1e-9, atol=1e-9)
+    assert not cholesky(A - 2 * torch.eye(300, dtype=X.dtype), leaf=32)[1]  # indefinite: reported
+    Xc = X - X.mean(0)
+    z = Xc.numpy() / Xc.numpy().std(0)
+    values = np.linalg.eigvalsh(z.T @ z / len(z))
+    spread = (values ** 2).mean() / values.mean() ** 2 / (1 + 300 / 500)
+    estimate = float(conditioning(Xc[None], block=64)[0])  # Hutchinson's estimate: random, unbiased
+    assert 0.7 * spread <= estimate <= 1.3 * spread and spread > 10
+    isotropic = torch.tensor(rng.normal(size=(2000, 500)))
+    assert 0.9 < float(conditioning(isotropic[None] - isotropic.mean(0))[0]) < 1.1
+    # problem p's preconditioner is M = R (I + a·G) R with G the correlation matrix, R = σ_all / σₚ
+    train = np.arange(500) % 4 != 0
+    scale = torch.tensor(Xc.numpy()[train].std(0))[None, None]  # [1, 1, d]
+    C, counts = torch.tensor([[2.0]], dtype=X.dtype), torch.tensor([float(train.sum())], dtype=X.dtype)
+    shared = GramPreconditioner(Xc[None], scale, C, counts)
+    R = Xc.numpy().std(0) / scale[0, 0].numpy()
+    from babelprobe.probes.precondition import CURVATURE
+
+    a = 2.0 * train.sum() * CURVATURE
+    M = R[:, None] * (np.eye(300) + a * z.T @ z / len(z)) * R[None, :]
+    g = torch.tensor(rng.normal(size=(1, 1, 301)))
+    got = shared.unwhite(shared.white(g))[0, 0].numpy()
+    np.testing.assert_allclose(got[:300], np.linalg.solve(M, g[0, 0, :300].numpy()), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(got[300], g[0, 0, 300].item() / a, rtol=1e-12)
+
+
+MEMORY = """
+import sys
+import numpy as np, torch
+from babelprobe.probes.solvers import fit_predict
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+
+torch.set_num_threads(1)
+rng = np.random.default_rng(0)
+n, d = 400, 3000  # low rank + noise: ill-conditioned once standardised
+X = (rng.normal(size=(n, 10)) @ rng.normal(size=(10, d)) + 0.05 * rng.normal(size=(n, d))).astype(np.float32)[:, None]
+y, train = np.tile([0, 1], n // 2)[None], np.ones((1, n), bool)
+fit_predict(X[:, :, :50], y, train, 1.0, solver="lbfgs")  # first calls: allocations that stay
+for budget in sys.argv[1:]:
+    before = status("VmRSS:")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the peak resident size (VmHWM)
+    _, fit = fit_predict(X, y, train, 1.0, memory_gb=float(budget), exact_max=16, max_iter=5, return_fit=True)
+    print(budget, fit.method, status("VmHWM:") - before)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's peak-RSS reset")
+def test_memory_stays_within_the_budget():
+    """Measured peak memory (the process's resident high-water mark, reset before each fit) of a layer of
+    3000 dims: with a budget too small for its 3000 × 3000 Gram factors the solver falls back to plain
+    L-BFGS and stays under the budget; with room it preconditions and the measurement sees the Gram."""
+    import subprocess
+    import sys
+
+    budgets = (0.04, 1.0)
+    done = subprocess.run([sys.executable, "-c", MEMORY, *map(str, budgets)], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = {float(b): (method, int(grew)) for b, method, grew in (line.split() for line in done.stdout.splitlines())}
+    tiny_method, tiny_peak = runs[0.04]
+    assert tiny_method == "lbfgs" and tiny_peak <= 0.04 * 2**30
+    method, peak = runs[1.0]
+    assert method == "plbfgs" and 3000 * 3000 * 4 <= peak <= 1.0 * 2**30

@@ -3,6 +3,8 @@ table contracts, out-of-fold scores, peaks, controls, nested C, transfer and bad
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -311,3 +313,35 @@ def test_real_activations_match_sklearn_and_pairs_join_items(default_lm, tmp_pat
     pairs = result.pair_scores(layer=int(result.peaks["peak_layer"].iloc[0]), items=items)
     assert len(pairs) == 40 and pairs["text_good"].notna().all()
     assert "selectivity" in result.table.columns
+
+
+def test_solver_choice_and_iterations_are_recorded(small, tmp_path):
+    """The kept probes carry the method and iteration count of their fit (through NAME.probes.h5), and the
+    settings what the solvers did over the sweep. For the scikit-learn solver the count is scikit-learn's
+    own `n_iter_` of the same pipeline fitted on the group's rows; the Gram-preconditioned L-BFGS, asked
+    for by name, gives scikit-learn's F1 and records its iterations and conditioning estimate."""
+    keys, X, path = small
+    store = open_store(path)
+    reference = run_probes(path, layers=[2, 4], n_boot=0, solver="sklearn", n_jobs=1)
+    reference.write(tmp_path / "sk.csv")
+    kept = load_probes(tmp_path / "sk.probes.h5")
+    assert set(kept.groups["method"]) == {"sklearn"}
+    for g, row in kept.groups.iterrows():
+        rows = np.flatnonzero(((store.keys["language"] == row["language"])
+                               & (store.keys["subset"] == row["subset"])).to_numpy())
+        labels = store.keys["label"].to_numpy()[rows]
+        for j, layer in enumerate([2, 4]):
+            acts = store.read_layers([layer], rows=rows)[:, 0].astype(np.float64)
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0)).fit(acts, labels)
+            assert kept.n_iter[g, j] == model[-1].n_iter_[0]
+    result = run_probes(path, layers=[2, 4], n_boot=0, solver="plbfgs")
+    result.write(tmp_path / "pl.csv")
+    kept = load_probes(tmp_path / "pl.probes.h5")
+    assert set(kept.groups["method"]) == {"plbfgs"} and (kept.n_iter >= 1).all()
+    assert np.isfinite(kept.conditioning).all() and (kept.conditioning > 0).all()
+    record = result.settings["solver_record"]
+    assert record["methods"] == {"plbfgs": 4} and record["n_iter_max"] >= kept.n_iter.max()
+    written = json.loads((tmp_path / "pl.settings.json").read_text())
+    assert written["solver_record"] == record
+    both = reference.table.merge(result.table, on=["language", "subset", "layer"])
+    assert np.abs(both["f1_mean_x"] - both["f1_mean_y"]).max() <= 0.01

@@ -56,7 +56,7 @@ from babelprobe.probes.source import (
     read_checked,
     usable_keys,
 )
-from babelprobe.probes.weights import Probes
+from babelprobe.probes.weights import Probes, solver_record
 from babelprobe.settings import settings_for
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
@@ -142,7 +142,8 @@ def probe(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame |
               "n_layers": store.n_layers, "store": str(getattr(store, "path", "")),
               "fingerprint": getattr(store, "fingerprint", None), "items_hash": getattr(store, "items_hash", None),
               "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
-              "exact_max": exact_max, "libraries": _versions()}
+              "exact_max": exact_max, "libraries": _versions(),
+              "solver_record": solver_record([part["probe"] for part in parts])}
     table = _with_settings(pd.concat([p["table"] for p in parts], ignore_index=True), record)
     out = ProbeResult(table=table,
                       folds=_with_settings(pd.concat([p["folds"] for p in parts], ignore_index=True), record),
@@ -220,7 +221,8 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, na
     scores = np.empty((len(y) - 1, L, n))
     chosen = np.full((n_folds, L), Cs[0])
     kept = {"coef": np.empty((L, d_model)), "intercept": np.empty(L), "mean": np.empty((L, d_model)),
-            "scale": np.empty((L, d_model)), "C": np.empty(L)}
+            "scale": np.empty((L, d_model)), "C": np.empty(L), "n_iter": np.zeros(L, np.int64),
+            "conditioning": np.full(L, np.nan), "n_iter_all": []}
     j = 0
     for chunk in layer_chunks(layers, n, d_model, memory_gb):
         X = read(chunk)
@@ -235,6 +237,8 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, na
             kept[key][at] = getattr(fitted, key)[-1]
         kept["C"][at] = C_all[-1]
         kept["method"] = fitted.method
+        kept["n_iter"][at], kept["n_iter_all"] = fitted.n_iter[-1], [*kept["n_iter_all"], fitted.n_iter]
+        kept["conditioning"][at] = fitted.info.get("conditioning", np.nan)
         j += len(chunk)
     kept.update(n_train=n, n_positive=int((labels == 1).sum()))
     by_task = dict(zip(tasks, np.split(scores, len(tasks)), strict=True))
@@ -346,7 +350,8 @@ def _probes(parts: list[dict], groups: list, by: tuple, layers: list[int], setti
     table = pd.DataFrame([dict(zip(by, key, strict=True)) for key, _ in groups], columns=list(by))
     for column in ("n_train", "n_positive", "method"):
         table[column] = [probe[column] for probe in kept]
-    arrays = {key: np.stack([probe[key] for probe in kept]) for key in ("coef", "intercept", "mean", "scale", "C")}
+    arrays = {key: np.stack([probe[key] for probe in kept])
+              for key in ("coef", "intercept", "mean", "scale", "C", "n_iter", "conditioning")}
     return Probes(table, layers, **arrays, by=by, settings=settings)
 
 

@@ -31,7 +31,7 @@ DESCRIPTIONS = {
              "the two sentences of a pair may fall in different folds), F1 averaged over the folds, neuro = the "
              "maximum over layers",
 }
-SOLVERS = ("torch", "newton", "lbfgs", "sklearn")  # = solvers.SOLVERS (tested); here without importing torch
+SOLVERS = ("torch", "newton", "lbfgs", "plbfgs", "sklearn")  # = solvers.SOLVERS (tested); here without importing torch
 CONTROLS = ("shuffle", "hewitt")  # = controls.CONTROLS
 POOLS = ("last", "mean")
 FOLD_SCHEMES = ("grouped", "plain")
@@ -55,7 +55,8 @@ class ProbeSettings:
     n_boot: int = option(1000, metavar="N", help="bootstrap replicates over pairs for intervals (0: none)")
     solver: str = option("torch", choices=SOLVERS,
                          help="torch: batched, all layers and folds of a group at once (exact Newton for small groups, "
-                         "L-BFGS for large ones); newton, lbfgs: that one; sklearn: the reference")
+                         "L-BFGS for large ones, preconditioned by each layer's Gram when the activations are "
+                         "ill-conditioned); newton, lbfgs, plbfgs: that one; sklearn: the reference")
     C: tuple[float, ...] = option((1.0,), flag="--C", metavar="C", type=str,
                                   help="inverse regularisation (scikit-learn's C); a list like 0.01,0.1,1 chooses C per "
                                   "fold and layer by inner cross-validation")

@@ -30,21 +30,35 @@ each way). The step length is the minimum of the objective along the direction, 
 Newton steps on the cached Z·direction (no further pass). It stops with scikit-learn's own criterion:
 the largest gradient component of the mean objective below `tol`.
 
-On a CPU with several torch threads, both split a chunk's layers between threads of one core each (like
+**"plbfgs"**: the same L-BFGS preconditioned by second-order information that the layer's problems
+share (`babelprobe.probes.precondition`): one Gram matrix XᵀX per layer (n·d² multiply-adds) and one
+Cholesky factorisation of I + c·C·m·G (G the correlation matrix of all rows; d³/3) serve every problem
+of the layer, each through the ratio of its standardisation to the all-rows one; the two-loop recursion
+runs in the whitened coordinates, so an iteration costs two triangular solves more than L-BFGS's. Real
+activations are ill-conditioned (standardised Gemma-3-270M states: a power-law spectrum, condition
+5.7e4–3.3e6), and there L-BFGS needs hundreds of iterations (scikit-learn's: ~800 at 4000 × 2048 with
+that spectrum, tol 1e-4) where the preconditioned one needs ~20.
+
+On a CPU with several torch threads, all split a chunk's layers between threads of one core each (like
 the groups of a sweep side by side).
 
-`solver="torch"` chooses: exact Newton while min(m, d + 1) ≤ `exact_max` (768) and one layer of its
-systems fits in `memory_gb`; L-BFGS otherwise. Measured on one CPU core (5 folds + the all-rows probe,
-m the all-rows count): on synthetic planted-signal data L-BFGS needs ~50–130 iterations and overtakes
-exact Newton from min(m, d + 1) ≈ 500; on Gemma-3-270M activations (640 dims) it needs ~120–190 and
-exact Newton stays 2–3× faster even at m = 544 and m = 5440 (primal (d+1)-sized systems). Newton is
-hopeless once both m and d reach thousands (minutes per layer at 4000 × 2048).
+`solver="torch"` chooses (`choose_method`) by size, memory and conditioning: exact Newton while
+min(m, d + 1) ≤ `exact_max` (768) and one layer of its systems fits in `memory_gb`; otherwise "plbfgs"
+when one layer's d × d factors fit in `memory_gb` and the activations measure as ill-conditioned
+(`precondition.conditioning` of the first chunk's layers, median ≥ 3: isotropic activations measure ~1,
+Gemma-3-270M's 14–440, a −1.5 power law 55–240), plain L-BFGS else (there the Gram's cost is not
+recovered: measured CPU time 0.32 against 0.19 s at 1000 × 1024, 10.6 against 8.6 s at 8000 × 4096, 2
+layers × 6 problems). Measured on one CPU core (5 folds + the all-rows probe, m the all-rows count): on
+synthetic planted-signal data L-BFGS needs ~50–130 iterations and overtakes exact Newton from
+min(m, d + 1) ≈ 500; on Gemma-3-270M activations (640 dims) it needs ~120–190 and exact Newton stays 2–3×
+faster even at m = 544 and m = 5440 (primal (d+1)-sized systems). Newton is hopeless once both m and d
+reach thousands (minutes per layer at 4000 × 2048).
 
 `fit_predict(X, y, train, C)` is the entry point of every solver: X [n, layers, d] activations, one
 row of labels and one training mask per problem; it returns the decision score of every row for every
 problem and layer, so held-out rows give out-of-fold scores and other languages give transfer scores,
 and with `return_fit=True` also the probes themselves (`LinearFit`: weights in raw activation units,
-intercept, standardisation).
+intercept, standardisation, the method and each problem's iteration count).
 """
 
 from __future__ import annotations
@@ -52,15 +66,16 @@ from __future__ import annotations
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
 import torch
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.probes.precondition import KAPPA_MIN, GramPreconditioner, conditioning
 
-SOLVERS = ("torch", "newton", "lbfgs", "sklearn")  # "torch": newton or lbfgs, chosen by size
+SOLVERS = ("torch", "newton", "lbfgs", "plbfgs", "sklearn")  # "torch": chosen by size, memory, conditioning
 EXACT_MAX = 768  # solver="torch" uses exact Newton while min(m, d + 1) is at most this (see above)
 LBFGS_MEMORY = 10  # (s, y) pairs kept, as scikit-learn's lbfgs (scipy's maxcor)
 
@@ -188,7 +203,7 @@ def _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t):
     return obj <= obj0[None] - 1e-4 * t[:, None] * slope[None], obj
 
 
-def newton_dual(K, y, s, C, max_iter, tol):
+def newton_dual(K, y, s, C, max_iter, tol, iterations: torch.Tensor | None = None):
     """Newton in the row space: w = Zᵀa and f = Ka + b with the kernel K = ZZᵀ [B, m, m]; returns
     (a [B, m], b [B], n_iter). Exact, and cheap when m < d.
 
@@ -197,7 +212,8 @@ def newton_dual(K, y, s, C, max_iter, tol):
     positive definite, so Cholesky), and the unpenalised intercept through its Schur complement.
 
     A problem leaves the batch as soon as it has converged (after its last, full Newton step, which
-    squares the remaining error), so stragglers do not make the others factorise again."""
+    squares the remaining error), so stragglers do not make the others factorise again. `iterations`
+    [B] (optional) receives each problem's own count of Newton iterations."""
     B, m = y.shape
     a_out, b_out = torch.zeros_like(y), torch.zeros(B, dtype=K.dtype, device=K.device)
     index = torch.arange(B, device=K.device)  # which problems are still in the batch
@@ -227,6 +243,8 @@ def newton_dual(K, y, s, C, max_iter, tol):
         done = _converged(decrement, previous, scale, tol)
         if bool(done.any()):
             a_out[index[done]], b_out[index[done]] = (a - da)[done], (b - db)[done]
+            if iterations is not None:
+                iterations[index[done]] = n_iter
             if bool(done.all()):
                 return a_out, b_out, n_iter
             index, K, y, s, C, scale, a, Ka, b, f, da, Kda, db, decrement = _keep(
@@ -238,13 +256,15 @@ def newton_dual(K, y, s, C, max_iter, tol):
         Ka = Ka - t[:, None] * Kda
         b = b - t * db
     a_out[index], b_out[index] = a, b  # max_iter reached
+    if iterations is not None:
+        iterations[index] = n_iter
     return a_out, b_out, n_iter
 
 
-def newton_primal(Z, y, s, C, max_iter, tol):
+def newton_primal(Z, y, s, C, max_iter, tol, iterations: torch.Tensor | None = None):
     """Newton on (w, b) directly: a (d+1) × (d+1) Cholesky solve per problem (for m ≥ d); returns
     (w [B, d], b [B], n_iter). Padding rows (s = 0) contribute nothing. Converged problems leave the
-    batch, as in `newton_dual`."""
+    batch, as in `newton_dual` (`iterations` likewise)."""
     B, m, d = Z.shape
     Za = torch.cat([Z, s[..., None]], -1)  # the intercept column (0 on padding rows)
     penalty = torch.ones(d + 1, dtype=Z.dtype, device=Z.device)
@@ -269,6 +289,8 @@ def newton_primal(Z, y, s, C, max_iter, tol):
         done = _converged(decrement, previous, scale, tol)
         if bool(done.any()):
             w_out[index[done]] = (w - step)[done]
+            if iterations is not None:
+                iterations[index[done]] = n_iter
             if bool(done.all()):
                 break
             index, Za, y, s, C, scale, w, f, step, decrement = _keep(
@@ -280,6 +302,8 @@ def newton_primal(Z, y, s, C, max_iter, tol):
         w = w - t[:, None] * step
     else:
         w_out[index] = w  # max_iter reached
+        if iterations is not None:
+            iterations[index] = n_iter
     return w_out[:, :d], w_out[:, d], n_iter
 
 
@@ -327,7 +351,7 @@ def _active_columns(active: np.ndarray, device: torch.device):
 
 
 def lbfgs(Z: SharedFeatures, y: torch.Tensor, s: torch.Tensor, C: torch.Tensor, *, tol: float,
-          max_iter: int, memory: int = LBFGS_MEMORY):
+          max_iter: int, memory: int = LBFGS_MEMORY, precondition: GramPreconditioner | None = None):
     """Batched L-BFGS on scikit-learn's L2 logistic problem, every problem of every layer in lock-step.
 
     Parameters
@@ -338,13 +362,20 @@ def lbfgs(Z: SharedFeatures, y: torch.Tensor, s: torch.Tensor, C: torch.Tensor, 
     tol : scikit-learn's `tol`: stop when max |gradient| of the mean objective (the objective / (C·m))
         is at most tol, i.e. max |g| ≤ tol·C·m here.
     max_iter : iterations at most; problems still above tol then are reported (RuntimeWarning).
+    precondition : a `GramPreconditioner` of these layers and problems, or None. With it, the two-loop
+        recursion and its (s, y) history work in the whitened coordinates u = LᵀRw (gradients through
+        `white`, directions back through `unwhite`), i.e. the initial inverse Hessian is M⁻¹ instead of
+        γ·I; the line search and the stopping test stay in the problems' own coordinates.
 
     Returns
     -------
-    W : [Lc, P, d+1] weights on the standardised features, intercept last; n_iter : int.
+    W : [Lc, P, d+1] weights on the standardised features, intercept last; n_iter : int (the batch's);
+    iterations : int64 [Lc, P], the iterations each problem was still being solved.
     """
     Lc, P = C.shape
     d, n = Z.d, y.shape[-1]
+    white = precondition.white if precondition is not None else (lambda v: v)
+    unwhite = precondition.unwhite if precondition is not None else (lambda v: v)
     penalty = torch.ones(d + 1, dtype=y.dtype, device=y.device)
     penalty[-1] = 0  # the intercept is not penalised
     W = torch.zeros(Lc, P, d + 1, dtype=y.dtype, device=y.device)
@@ -355,38 +386,42 @@ def lbfgs(Z: SharedFeatures, y: torch.Tensor, s: torch.Tensor, C: torch.Tensor, 
     gamma = torch.ones(Lc, P, dtype=y.dtype, device=y.device)  # scale of the initial inverse Hessian
     threshold = tol * C * s.sum(-1)
     g = Z.backward(Cs * (torch.sigmoid(f) - y), np.ones((Lc, P), dtype=bool))
+    gu = white(g)  # the gradient in the coordinates the history lives in
     active = torch.ones(Lc, P, dtype=torch.bool, device=y.device)
+    iterations = torch.zeros(Lc, P, dtype=torch.int64, device=y.device)
     n_iter = 0
     for n_iter in range(max_iter):  # noqa: B007 (returned after the loop)
         active &= g.abs().amax(-1) > threshold
         on_host = active.cpu().numpy()
         if not on_host.any():
             break
-        if n_iter == 0:
+        iterations += active
+        if n_iter == 0 and precondition is None:
             gamma = 1 / g.norm(dim=-1).clamp_min(torch.finfo(y.dtype).tiny)  # a first step of unit length
         on = active.to(y.dtype)
-        p = _two_loop(g, history_s, history_y, rho, gamma, n_iter, memory) * -on[..., None]
+        pu = _two_loop(gu, history_s, history_y, rho, gamma, n_iter, memory) * -on[..., None]
+        p = unwhite(pu)
         q = Z.forward(p, on_host)
         t = _line_minimum(f, q, y, Cs, (penalty * W * p).sum(-1), (penalty * p * p).sum(-1)) * on
-        step = t[..., None] * p
-        W = W + step
+        W = W + t[..., None] * p
         f = f + t[..., None] * q
         g_new = Z.backward(Cs * (torch.sigmoid(f) - y), on_host) + penalty * W
         g_new = torch.where(active[..., None], g_new, g)
-        change = g_new - g
+        gu_new = torch.where(active[..., None], white(g_new), gu)
+        step, change = t[..., None] * pu, gu_new - gu
         sy, yy = (step * change).sum(-1), (change * change).sum(-1)
         good = active & (sy > 1e-10 * yy) & (yy > 0)  # curvature pairs that keep the update positive definite
         slot = n_iter % memory
         history_s[slot], history_y[slot] = step * good[..., None], change * good[..., None]
         rho[slot] = torch.where(good, 1 / torch.where(good, sy, 1), 0)
         gamma = torch.where(good, sy / torch.where(good, yy, 1), gamma)
-        g = g_new
+        g, gu = g_new, gu_new
     else:
         stuck = int((g.abs().amax(-1) > threshold).sum())
         if stuck:
             warnings.warn(f"{stuck} of {Lc * P} lbfgs probes stopped at max_iter={max_iter} before reaching "
                           f"tol={tol}; raise max_iter", RuntimeWarning, stacklevel=3)
-    return W, n_iter
+    return W, n_iter, iterations
 
 
 def _two_loop(g, history_s, history_y, rho, gamma, n_iter, memory):
@@ -446,13 +481,18 @@ class LinearFit:
     in: coef = w/σ, intercept = b − μ·coef for the weights w, b on standardised features); mean, scale
     [P, L, d]: that standardisation (the training rows' mean and `StandardScaler` scale). A problem whose
     training rows carry one label is the constant classifier: coef 0, intercept ±1, mean and scale NaN.
-    `method` says which solver fitted it ("newton", "lbfgs" or "sklearn")."""
+    `method` says which solver fitted it ("newton", "lbfgs", "plbfgs" or "sklearn"); `n_iter` [P, L]
+    how many iterations each problem took (Newton iterations, L-BFGS iterations or scikit-learn's
+    `n_iter_`; 0 for constant problems); `info` what the choice was based on ("conditioning": the
+    estimate of each layer's, see `babelprobe.probes.precondition.conditioning`; NaN where not made)."""
 
     coef: np.ndarray
     intercept: np.ndarray
     mean: np.ndarray
     scale: np.ndarray
     method: str
+    n_iter: np.ndarray | None = None
+    info: dict = field(default_factory=dict)
 
 
 def _as_problem_C(C, P: int, L: int) -> np.ndarray:
@@ -491,19 +531,41 @@ def lbfgs_bytes_per_layer(n: int, d: int, P: int, itemsize: int, memory: int = L
     return (n * d + P * (2 * memory + 12) * (d + 1) + 24 * P * n) * itemsize
 
 
+def plbfgs_bytes_per_layer(n: int, d: int, P: int, itemsize: int, classes: int = 1) -> int:
+    """Working memory of preconditioned L-BFGS for one layer: L-BFGS's, plus the layer's Gram matrix and
+    its Cholesky factors (one per distinct C), d × d each."""
+    return lbfgs_bytes_per_layer(n, d, P, itemsize) + GramPreconditioner.bytes_per_layer(d, itemsize, classes)
+
+
+def bytes_per_layer(method: str, n: int, m: int, d: int, P: int, itemsize: int, classes: int = 1) -> int:
+    if method == "newton":
+        return exact_bytes_per_layer(n, m, d, P, itemsize)
+    if method == "plbfgs":
+        return plbfgs_bytes_per_layer(n, d, P, itemsize, classes)
+    return lbfgs_bytes_per_layer(n, d, P, itemsize)
+
+
 def layer_chunk(n: int, m: int, d: int, P: int, L: int, itemsize: int, memory_gb: float,
-                method: str = "newton") -> int:
+                method: str = "newton", classes: int = 1) -> int:
     """How many layers to process at once so that the working set stays under `memory_gb` (at least one)."""
-    per_layer = exact_bytes_per_layer(n, m, d, P, itemsize) if method == "newton" else \
-        lbfgs_bytes_per_layer(n, d, P, itemsize)
+    per_layer = bytes_per_layer(method, n, m, d, P, itemsize, classes)
     transient = n * d * itemsize  # one layer at a time while centring and standardising
     return int(max(1, min(L, (memory_gb * 2**30 - transient) // max(per_layer, 1))))
 
 
 def choose_method(solver: str, n: int, m: int, d: int, P: int, itemsize: int, memory_gb: float,
-                  exact_max: int = EXACT_MAX) -> str:
-    """"newton" or "lbfgs" for the torch solvers: `solver` if it names one, else (solver="torch") exact
-    Newton while min(m, d + 1) ≤ exact_max and one layer of it fits in `memory_gb`, L-BFGS otherwise."""
+                  exact_max: int = EXACT_MAX, conditioning: float | None = None, classes: int = 1) -> str:
+    """"newton", "lbfgs" or "plbfgs" for the torch solvers: `solver` if it names one, else (solver="torch"):
+
+    - exact Newton while min(m, d + 1) ≤ exact_max and one layer of it fits in `memory_gb` (a few
+      factorisations of min(m, d + 1)-sized systems per problem: the cheapest below that size);
+    - else L-BFGS preconditioned by the layer's Gram ("plbfgs") when one layer's d × d factors fit in
+      `memory_gb` and the activations are ill-conditioned: `conditioning` (the spread of the eigenvalues
+      of the layers' correlation matrix relative to isotropic activations', `precondition.conditioning`;
+      None = not measured yet, taken as ill-conditioned) at least KAPPA_MIN (3); isotropic activations
+      measure ~1, power-law spectra like real activations' 30–90;
+    - else plain L-BFGS (well-conditioned activations, where the Gram's n·d² would not be recovered, or
+      too little memory for d × d matrices)."""
     exact_fits = exact_bytes_per_layer(n, m, d, P, itemsize) <= memory_gb * 2**30
     if solver == "newton":
         if not exact_fits:
@@ -512,9 +574,13 @@ def choose_method(solver: str, n: int, m: int, d: int, P: int, itemsize: int, me
                                   f"rows × {d} dims, more than --memory-gb {memory_gb:g}; raise --memory-gb or use "
                                   "--solver lbfgs (or torch, which chooses)")
         return "newton"
-    if solver == "lbfgs":
-        return "lbfgs"
-    return "newton" if min(m, d + 1) <= exact_max and exact_fits else "lbfgs"
+    if solver in ("lbfgs", "plbfgs"):
+        return solver
+    if min(m, d + 1) <= exact_max and exact_fits:
+        return "newton"
+    gram_fits = plbfgs_bytes_per_layer(n, d, P, itemsize, classes) + n * d * itemsize <= memory_gb * 2**30
+    ill = conditioning is None or conditioning >= KAPPA_MIN
+    return "plbfgs" if gram_fits and ill else "lbfgs"
 
 
 def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "torch", device=None,
@@ -529,12 +595,13 @@ def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "to
     y : int array [P, n] of labels in {0, 1} (one row per problem: fold, control task, train language).
     train : bool array [P, n]: the training rows of each problem (standardisation and fit use only them).
     C : number, [P] or [P, L] array (scikit-learn's `C`; per problem and layer for nested selection).
-    solver : "torch" (batched; exact Newton or L-BFGS, chosen by size: see `choose_method`), "newton",
-        "lbfgs", or "sklearn" (`StandardScaler` + `LogisticRegression` per problem and layer, in
-        parallel over `n_jobs` processes).
+    solver : "torch" (batched; exact Newton, L-BFGS or L-BFGS preconditioned by each layer's Gram,
+        chosen by size, memory and conditioning: see `choose_method`), "newton", "lbfgs", "plbfgs", or
+        "sklearn" (`StandardScaler` + `LogisticRegression` per problem and layer, in parallel over
+        `n_jobs` processes).
     device, dtype : for torch (default: CUDA if available; float32).
     max_iter : Newton iterations (newton, default 100) or lbfgs iterations (lbfgs and sklearn, default 1000).
-    tol : newton: Newton-decrement tolerance relative to C × m (default by dtype); lbfgs: scikit-learn's
+    tol : newton: Newton-decrement tolerance relative to C × m (default by dtype); (p)lbfgs: scikit-learn's
         gradient tolerance (default 1e-6); sklearn: `LogisticRegression(tol=...)` (default scikit-learn's
         1e-4, at which lbfgs can stop visibly short of the optimum).
     memory_gb : working-memory budget of the torch solvers; layers are processed in chunks to fit it.
@@ -564,16 +631,16 @@ def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "to
         out = np.empty((len(y), L, n))
         out[single] = constant[:, None, None]
         fit = LinearFit(np.zeros((len(y), L, d)), np.zeros((len(y), L)), np.full((len(y), L, d), np.nan),
-                        np.full((len(y), L, d), np.nan), "constant")
+                        np.full((len(y), L, d), np.nan), "constant", np.zeros((len(y), L), dtype=np.int64))
         fit.intercept[single] = constant[:, None]
         if (~single).any():
             out[~single], rest = fit_predict(X, y[~single], train[~single], Cs[~single], solver=solver, device=device,
                                              dtype=dtype, max_iter=max_iter, tol=tol, memory_gb=memory_gb,
                                              n_jobs=n_jobs, formulation=formulation, exact_max=exact_max,
                                              return_fit=True)
-            for name in ("coef", "intercept", "mean", "scale"):
+            for name in ("coef", "intercept", "mean", "scale", "n_iter"):
                 getattr(fit, name)[~single] = getattr(rest, name)
-            fit.method = rest.method
+            fit.method, fit.info = rest.method, rest.info
         return (out, fit) if return_fit else out
     if solver == "sklearn":
         scores, fit = _fit_predict_sklearn(np.asarray(X), y, train, Cs, max_iter=max_iter or 1000, tol=tol or 1e-4,
@@ -592,25 +659,41 @@ def _fit_predict_torch(X, y, train, Cs, *, solver, device, dtype, max_iter, tol,
     n, L, d = X.shape
     P = len(y)
     counts = train.sum(1)
+    m = int(counts.max())
     itemsize = torch.finfo(dtype).bits // 8
-    method = choose_method(solver, n, int(counts.max()), d, P, itemsize, memory_gb, exact_max)
+    classes = max(len(np.unique(Cs[:, layer])) for layer in range(L))  # distinct C per layer: Gram factors
+    method = choose_method(solver, n, m, d, P, itemsize, memory_gb, exact_max, classes=classes)
     share = torch.as_tensor(train / counts[:, None], dtype=dtype, device=device)  # [P, n]
+    counts_t = torch.as_tensor(counts, dtype=dtype, device=device)
     scores = np.empty((P, L, n))
+    n_iter = np.zeros((P, L), dtype=np.int64)
+    info = {"conditioning": np.full(L, np.nan)}  # `precondition.conditioning` of each layer, where estimated
+    # chunks sized for the method chosen so far ("plbfgs" needs the most of the iterative ones)
+    step = layer_chunk(n, m, d, P, L, itemsize, memory_gb, method, classes)
     fit = None  # the fitted probes, kept only when asked for ([P, L, d] arrays)
     if keep_fit:
-        fit = LinearFit(np.empty((P, L, d)), np.empty((P, L)), np.empty((P, L, d)), np.empty((P, L, d)), method)
-    step = layer_chunk(n, int(counts.max()), d, P, L, itemsize, memory_gb, method)
+        fit = LinearFit(np.empty((P, L, d)), np.empty((P, L)), np.empty((P, L, d)), np.empty((P, L, d)), method,
+                        n_iter, info)
     for l0 in range(0, L, step):
         l1 = min(L, l0 + step)
         Xc, centre = _centred(X, l0, l1, device, dtype)  # [Lc, n, d], [Lc, d]
         mean, scale = _train_moments(Xc, share, counts)  # [Lc, P, d] each
         C = torch.as_tensor(Cs[:, l0:l1].T, dtype=dtype, device=device)  # [Lc, P]
+        if method == "plbfgs" and solver in ("torch", "plbfgs"):
+            # how ill-conditioned these layers are; on the first chunk, it decides whether to precondition
+            kappa = conditioning(Xc).double().cpu().numpy()
+            info["conditioning"][l0:l1] = kappa
+            if l0 == 0 and solver == "torch":
+                method = choose_method(solver, n, m, d, P, itemsize, memory_gb, exact_max,
+                                       conditioning=float(np.median(kappa)), classes=classes)
         if method == "newton":
             solve = partial(_newton_chunk, Xc, mean, scale, y, train, C, max_iter or 100,
                             default_tol(dtype) if tol is None else tol, formulation)
         else:
-            solve = partial(_lbfgs_chunk, Xc, mean, scale, y, train, C, max_iter or 1000, 1e-6 if tol is None else tol)
-        coef, intercept = _by_layer_threads(solve, l1 - l0, device)
+            solve = partial(_lbfgs_chunk, Xc, mean, scale, y, train, C, counts_t, max_iter or 1000,
+                            1e-6 if tol is None else tol, method == "plbfgs")
+        coef, intercept, iterations = _by_layer_threads(solve, l1 - l0, device)
+        n_iter[:, l0:l1] = iterations.cpu().numpy().T
         # back to raw units: x·(w/σ) + (b − μ·w/σ), with coef = w/σ and x centred
         part = coef @ Xc.mT + intercept[..., None]  # [Lc, P, n]
         scores[:, l0:l1] = part.double().cpu().numpy().transpose(1, 0, 2)
@@ -620,6 +703,8 @@ def _fit_predict_torch(X, y, train, Cs, *, solver, device, dtype, max_iter, tol,
             fit.intercept[:, l0:l1] = _host(intercept.double() - (coef.double() * used).sum(-1))
             fit.mean[:, l0:l1] = _host(mean.double() + used)
             fit.scale[:, l0:l1] = _host(scale)
+    if keep_fit:
+        fit.method = method
     return scores, fit
 
 
@@ -645,7 +730,7 @@ def _centred(X, l0: int, l1: int, device, dtype) -> tuple[torch.Tensor, torch.Te
 
 def _newton_chunk(Xc, mean, scale, y, train, C, max_iter, tol, formulation, at: slice):
     """Exact Newton for every problem of the layers `at` of a chunk: coef [La, P, d] (raw units),
-    intercept [La, P].
+    intercept [La, P], Newton iterations [La, P].
 
     Problems are batched by training size: a batch pads every problem to its largest m, and the cost
     grows as m³, so e.g. the all-rows probe does not inflate the folds' systems."""
@@ -654,6 +739,7 @@ def _newton_chunk(Xc, mean, scale, y, train, C, max_iter, tol, formulation, at: 
     P = len(y)
     coef = torch.empty(Lc, P, d, dtype=Xc.dtype, device=Xc.device)
     intercept = torch.empty(Lc, P, dtype=Xc.dtype, device=Xc.device)
+    iterations = torch.zeros(Lc, P, dtype=torch.int64, device=Xc.device)
     for problems in _size_classes(train.sum(1)):
         k = len(problems)
         idx, weight = _padded_rows(train[problems])
@@ -666,16 +752,18 @@ def _newton_chunk(Xc, mean, scale, y, train, C, max_iter, tol, formulation, at: 
         yb = torch.as_tensor(np.take_along_axis(y[problems], idx, 1), dtype=Xc.dtype, device=Xc.device).repeat(Lc, 1)
         wb = torch.as_tensor(weight, dtype=Xc.dtype, device=Xc.device).repeat(Lc, 1)
         Cb = C[:, problems].reshape(-1)
+        counted = torch.zeros(Lc * k, dtype=torch.int64, device=Xc.device)
         if _formulation(formulation, m, d) == "dual":
-            a, b, _ = newton_dual(Z @ Z.mT, yb, wb, Cb, max_iter, tol)
+            a, b, _ = newton_dual(Z @ Z.mT, yb, wb, Cb, max_iter, tol, counted)
             w = (a[:, None, :] @ Z)[:, 0]  # Zᵀa (a row times Z is fast)
         else:
-            w, b, _ = newton_primal(Z, yb, wb, Cb, max_iter, tol)
+            w, b, _ = newton_primal(Z, yb, wb, Cb, max_iter, tol, counted)
         del Z
+        iterations[:, problems] = counted.reshape(Lc, k)
         raw = w.reshape(Lc, k, d) * inv
         coef[:, problems] = raw
         intercept[:, problems] = b.reshape(Lc, k) - (mean[:, problems] * raw).sum(-1)
-    return coef, intercept
+    return coef, intercept, iterations
 
 
 def _size_classes(counts: np.ndarray, ratio: float = 1.2) -> list[np.ndarray]:
@@ -689,21 +777,24 @@ def _size_classes(counts: np.ndarray, ratio: float = 1.2) -> list[np.ndarray]:
     return classes
 
 
-def _lbfgs_chunk(Xc, mean, scale, y, train, C, max_iter, tol, at: slice):
-    """L-BFGS for every problem of the layers `at` of a chunk: coef [La, P, d] (raw units), intercept [La, P]."""
+def _lbfgs_chunk(Xc, mean, scale, y, train, C, counts, max_iter, tol, precondition: bool, at: slice):
+    """L-BFGS for every problem of the layers `at` of a chunk, preconditioned by each layer's Gram when
+    `precondition`: coef [La, P, d] (raw units), intercept [La, P], iterations [La, P]."""
     Xc, mean, scale, C = Xc[at], mean[at], scale[at], C[at]
     d = Xc.shape[-1]
     yt = torch.as_tensor(y, dtype=Xc.dtype, device=Xc.device)
     st = torch.as_tensor(train, dtype=Xc.dtype, device=Xc.device)
-    W, _ = lbfgs(SharedFeatures(Xc, mean, scale), yt, st, C, tol=tol, max_iter=max_iter)
+    shared = GramPreconditioner(Xc, scale, C, counts) if precondition else None
+    W, _, iterations = lbfgs(SharedFeatures(Xc, mean, scale), yt, st, C, tol=tol, max_iter=max_iter,
+                             precondition=shared)
     coef = W[..., :d] / scale
-    return coef, W[..., d] - (mean * coef).sum(-1)
+    return coef, W[..., d] - (mean * coef).sum(-1), iterations
 
 
-def _by_layer_threads(solve, Lc: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """solve(layers: slice) -> (coef, intercept) for a chunk's layers. On a CPU with several torch threads,
-    the layers are split between that many threads of one core each (like the groups of a sweep): the
-    solvers' small factorisations and few-column products do not spread well over cores, and threads
+def _by_layer_threads(solve, Lc: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """solve(layers: slice) -> (coef, intercept, iterations) for a chunk's layers. On a CPU with several torch
+    threads, the layers are split between that many threads of one core each (like the groups of a sweep):
+    the solvers' small factorisations and few-column products do not spread well over cores, and threads
     that wait for each other inside one operation stall on a busy machine."""
     threads = min(torch.get_num_threads(), Lc) if device.type == "cpu" else 1
     if threads == 1:
@@ -711,7 +802,7 @@ def _by_layer_threads(solve, Lc: int, device: torch.device) -> tuple[torch.Tenso
     bounds = np.linspace(0, Lc, threads + 1).round().astype(int)
     with single_threaded(), ThreadPoolExecutor(threads) as pool:
         parts = list(pool.map(solve, [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]))
-    return torch.cat([coef for coef, _ in parts]), torch.cat([intercept for _, intercept in parts])
+    return tuple(torch.cat(outputs) for outputs in zip(*parts, strict=True))
 
 
 @contextmanager
@@ -760,8 +851,8 @@ def _fit_predict_sklearn(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np
     if not_converged:
         warnings.warn(f"{not_converged} of {len(y) * L} scikit-learn fits stopped at max_iter={max_iter} before "
                       "converging; raise max_iter", RuntimeWarning, stacklevel=3)
-    scores, coef, intercept, mean, scale = (np.stack([part[i] for part in parts], axis=1) for i in range(5))
-    return scores, LinearFit(coef, intercept, mean, scale, "sklearn")
+    scores, coef, intercept, mean, scale, n_iter = (np.stack([part[i] for part in parts], axis=1) for i in range(6))
+    return scores, LinearFit(coef, intercept, mean, scale, "sklearn", n_iter)
 
 
 def _sklearn_layer(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np.ndarray, max_iter: int, tol: float):
@@ -772,17 +863,18 @@ def _sklearn_layer(X: np.ndarray, y: np.ndarray, train: np.ndarray, Cs: np.ndarr
 
     P, (n, d) = len(y), X.shape
     scores, coef, intercept = np.empty((P, n)), np.empty((P, d)), np.empty(P)
-    mean, scale = np.empty((P, d)), np.empty((P, d))
+    mean, scale, n_iter = np.empty((P, d)), np.empty((P, d)), np.empty(P, dtype=np.int64)
     not_converged = 0
     for p in range(P):
         model = make_pipeline(StandardScaler(), LogisticRegression(C=float(Cs[p]), tol=tol, max_iter=max_iter))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             model.fit(X[train[p]], y[p, train[p]])
-        not_converged += int(model[-1].n_iter_[0] >= max_iter)
+        n_iter[p] = model[-1].n_iter_[0]
+        not_converged += int(n_iter[p] >= max_iter)
         scores[p] = model.decision_function(X)
         scaler, logistic = model
         mean[p], scale[p] = scaler.mean_, scaler.scale_
         coef[p] = logistic.coef_[0] / scaler.scale_
         intercept[p] = logistic.intercept_[0] - scaler.mean_ @ coef[p]
-    return scores, coef, intercept, mean, scale, not_converged
+    return scores, coef, intercept, mean, scale, n_iter, not_converged

@@ -33,6 +33,9 @@ from babelprobe.tables import atomic_path
 FORMAT = "babelprobe.probes"
 VERSION = 1
 ARRAYS = ("coef", "intercept", "mean", "scale", "C")
+# [groups, layers] arrays added after version 1 was out: written always, read when present (files written
+# before them read as "unknown"), so files stay version 1 both ways
+RECORDS = {"n_iter": (np.int64, -1), "conditioning": (np.float64, np.nan)}
 
 
 @dataclass(frozen=True)
@@ -66,13 +69,19 @@ class Probes:
 
     Attributes
     ----------
-    groups : DataFrame, one row per group: the grouping columns (`by`), n_train, n_positive, method.
+    groups : DataFrame, one row per group: the grouping columns (`by`), n_train, n_positive, method (the
+        solver that fitted it: newton, lbfgs, plbfgs or sklearn; see `babelprobe.probes.solvers`).
     layers : the layer numbers (docs/design.md "Layers (numbering)").
     coef, mean, scale : float64 [groups, layers, d]; intercept, C : float64 [groups, layers].
+    n_iter : int64 [groups, layers], the iterations the solver took for the probe (-1: not recorded);
+    conditioning : float64 [groups, layers], the estimate of the layer's conditioning the choice of
+        solver used (`probes.precondition.conditioning`: the spread of the eigenvalues of the correlation
+        matrix of the group's activations, ~1 isotropic, ≫ 1 ill-conditioned; NaN: not estimated).
     by : the grouping columns; settings : the sweep's settings (pool, C, solver, store fingerprint, ...).
     """
 
-    def __init__(self, groups: pd.DataFrame, layers, coef, intercept, mean, scale, C, by, settings: dict):
+    def __init__(self, groups: pd.DataFrame, layers, coef, intercept, mean, scale, C, by, settings: dict,
+                 n_iter=None, conditioning=None):
         self.groups = groups.reset_index(drop=True)
         self.layers = [int(x) for x in layers]
         self.coef, self.intercept = np.asarray(coef, np.float64), np.asarray(intercept, np.float64)
@@ -80,7 +89,10 @@ class Probes:
         self.by = tuple(by)
         self.settings = dict(settings)
         shape = (len(self.groups), len(self.layers))
-        for name in ARRAYS:
+        for name, value in (("n_iter", n_iter), ("conditioning", conditioning)):
+            dtype, missing = RECORDS[name]
+            setattr(self, name, np.full(shape, missing, dtype) if value is None else np.asarray(value, dtype))
+        for name in (*ARRAYS, *RECORDS):
             if getattr(self, name).shape[:2] != shape:
                 raise BabelprobeError(f"probe weights: {name} has shape {getattr(self, name).shape}, expected "
                                       f"{shape} (groups × layers) first")
@@ -159,6 +171,8 @@ class Probes:
         rows["C"] = self.C.ravel()
         rows["intercept"] = self.intercept.ravel()
         rows["coef_norm"] = np.linalg.norm(self.coef, axis=-1).ravel()
+        rows["n_iter"] = self.n_iter.ravel()
+        rows["conditioning"] = self.conditioning.ravel()
         return rows
 
     # ---------------------------------------------------------------------------------------- files
@@ -176,6 +190,8 @@ class Probes:
             f.create_dataset("layers", data=np.asarray(self.layers, dtype=np.int64))
             for name in ARRAYS:
                 f.create_dataset(name, data=getattr(self, name).astype(np.float64))
+            for name, (dtype, _) in RECORDS.items():
+                f.create_dataset(name, data=getattr(self, name).astype(dtype))
             table = f.create_group("groups", track_order=True)
             for column in self.groups.columns:
                 values = self.groups[column]
@@ -203,12 +219,24 @@ class Probes:
                                           f"babelprobe reads up to {VERSION}: upgrade babelprobe")
                 groups = pd.DataFrame({column: _column(f["groups"][column]) for column in f["groups"]})
                 arrays = {name: f[name][()] for name in ARRAYS}
+                records = {name: f[name][()] for name in RECORDS if name in f}
                 return cls(groups, f["layers"][()], **arrays, by=json.loads(f.attrs["by"]),
-                           settings=json.loads(f.attrs["settings"]))
+                           settings=json.loads(f.attrs["settings"]), **records)
         except OSError as err:
             raise BabelprobeError(f"cannot read probe weights {path}: {err}") from err
         except KeyError as err:
             raise BabelprobeError(f"probe weights {path} lack {err}; the file is incomplete or not babelprobe's") from err
+
+
+def solver_record(kept: list[dict]) -> dict:
+    """What the solvers did over a sweep's groups, for its settings: the methods (groups fitted by each),
+    and the iterations of every problem (folds and all-rows probe) × layer: median and max. `kept` are the
+    per-group records (`method`, `n_iter_all`: [problems, layers] arrays, one per chunk of layers)."""
+    methods = pd.Series([k["method"] for k in kept]).value_counts().sort_index()
+    iterations = np.concatenate([np.ravel(a) for k in kept for a in k["n_iter_all"]] or [np.zeros(0)])
+    return {"methods": {str(m): int(c) for m, c in methods.items()},
+            "n_iter_median": float(np.median(iterations)) if len(iterations) else None,
+            "n_iter_max": int(iterations.max()) if len(iterations) else None}
 
 
 def load_probes(path: str | Path) -> Probes:
