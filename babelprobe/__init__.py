@@ -11,6 +11,11 @@ Everything a user touches is reachable from here:
     result = bp.compare(lm, items, "cmp/")        # meta + direct + neuro on the same pairs, joined per pair
     bp.write_report("cmp/", "cmp/figures")        # every figure (PDF + PNG) and report.md
     bp.run_benchmark("stingray", lm, "stingray-sample", "sr/")   # a seed benchmark
+    probes = bp.probe("cmp/acts", folds=5)        # the probe sweep of a store (`babelprobe probe`)
+    bp.lens(lm, items, "lens/"); bp.align(lm, items, "align/")   # logit lens; cross-lingual alignment
+
+Every command has its library call of the same name and a settings dataclass (`bp.ProbeSettings`,
+`bp.CompareSettings`, ...) whose fields are the command's flags.
 
 Names are imported when first used, so `import babelprobe` stays light (no matplotlib, no model code,
 no HTTP client until asked for). The layout and the contracts are in docs/design.md.
@@ -18,9 +23,8 @@ no HTTP client until asked for). The layout and the contracts are in docs/design
 
 from __future__ import annotations
 
-import importlib
-
 from babelprobe.errors import BabelprobeError
+from babelprobe.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -30,12 +34,15 @@ _EXPORTS = {
     "load_items": "items", "write_items": "items", "to_pairs": "items", "language_table": "languages",
     "read_table": "tables", "write_table": "tables",
     "score_direct": "benchmarks.direct", "score_texts": "benchmarks.direct", "score_meta": "benchmarks.meta",
+    "score_pairs": "benchmarks.scoring", "DirectSettings": "benchmarks.scoring", "MetaSettings": "benchmarks.scoring",
     "token_logprobs": "benchmarks.core.logprobs",
-    "extract_activations": "extract.run:extract", "open_store": "extract.store", "verify_store": "extract.store",
+    "extract_activations": "extract.run:extract", "ExtractSettings": "extract.settings",
+    "open_store": "extract.store", "verify_store": "extract.store",
     "write_store": "extract.store", "Store": "extract.store",
-    "sweep": "probes.run", "ProbeResult": "probes.run", "ArrayStore": "probes.source",
+    "probe": "probes.run", "ProbeSettings": "probes.settings", "ProbeResult": "probes.result",
+    "ArrayStore": "probes.source",
     "transfer_matrix": "probes.crosslingual", "load_probes": "probes.weights", "Probes": "probes.weights",
-    "compare": "comparison", "compare_models": "comparison", "CompareResult": "comparison",
+    "compare": "comparison", "CompareSettings": "comparison", "diff": "comparison", "CompareResult": "comparison",
     "intervene": "interventions.run", "InterventionResult": "interventions.run", "Intervention": "interventions.edits",
     "language_neurons": "neurons.run", "neuron_stats": "neurons.run", "select_lape": "neurons.lape",
     "deactivated": "neurons.mlp", "NeuronStats": "neurons.lape", "Lape": "neurons.lape",
@@ -44,7 +51,7 @@ _EXPORTS = {
     "plot_effect_by_layer": "analysis.interventions", "plot_dose_response": "analysis.interventions",
     "plot_f1_vs_effect": "analysis.interventions",
     "run_benchmark": "benchmarks.base", "Models": "benchmarks.base",
-    "write_report": "analysis.report", "load_results": "analysis.report", "save_figure": "analysis.style:save",
+    "write_report": "analysis.report", "load_results": "analysis.results", "save_figure": "analysis.style:save",
     "accuracy_table": "analysis.summary", "accuracy_pivot": "analysis.summary",
     "language_curves": "analysis.peaks", "language_peaks": "analysis.peaks", "subset_peaks": "analysis.peaks",
     "typology_peaks": "analysis.peaks", "peak_difference": "analysis.peaks",
@@ -52,6 +59,8 @@ _EXPORTS = {
     "plot_method_correlations": "analysis.figures", "plot_peak_heatmap": "analysis.figures",
     "plot_peak_typology": "analysis.figures", "plot_transfer": "analysis.figures",
     "plot_benchmark": "analysis.benchmarks",
+    "lens": "latent.run", "align": "latent.run", "LensSettings": "latent.settings", "AlignSettings": "latent.settings",
+    "sweep": "jobs", "SweepSettings": "jobs",
     "lens_table": "latent.lens", "meta_lens": "latent.lens", "lens_curves": "latent.lens", "token_set": "latent.tokens",
     "align_layers": "latent.align", "linear_cka": "latent.align", "retrieval_accuracy": "latent.align",
 }
@@ -59,14 +68,4 @@ _EXPORTS = {
 __all__ = ["BabelprobeError", *_EXPORTS]
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'babelprobe' has no attribute {name!r}")
-    module, _, attribute = _EXPORTS[name].partition(":")
-    value = getattr(importlib.import_module(f"babelprobe.{module}"), attribute or name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,6 +1,6 @@
 """`compare`: meta, direct and neuro on exactly the same minimal pairs, joined item by item (XCOMPS).
 
-    result = compare("default", "xcomps-sample", "cmp/")
+    result = compare("default", "xcomps-sample", "cmp/")          # or protocol="paper", folds=3, ...
     result.items        # one row per pair: meta_*, direct_*, neuro_* score_good / score_bad / correct
     result.summary      # language × subset × method: accuracy (and neuro F1) with 95% intervals
     result.layers       # the probe's per-layer table (neuro F1 by layer, with intervals)
@@ -13,7 +13,7 @@ protocol and each stage's settings. A rerun reuses every stage whose settings ar
 run only loads and joins); a directory or store made with another model or item set is refused unless
 `overwrite`.
 
-`protocol="paper"` runs the XCOMPS paper's probing protocol (`analysis.xcomps.PROTOCOLS`: stratified
+`protocol="paper"` runs the XCOMPS paper's probing protocol (`probes.settings.PROTOCOLS`: stratified
 5-fold cross-validation that may split a pair, F1 averaged over folds, neuro at the best layer);
 the default keeps both sentences of a pair in one fold. The protocol is recorded in `compare.json`,
 `neuro.settings.json` and a `protocol` column of `summary.csv` and `layers.csv`.
@@ -24,23 +24,72 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import pandas as pd
 
-from babelprobe.analysis import methods
-from babelprobe.analysis.xcomps import protocol_settings
-from babelprobe.benchmarks.direct import score_direct
-from babelprobe.benchmarks.meta import prompts_digest, score_meta
+from babelprobe.benchmarks.scoring import REDUCTIONS, RULES, DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
-from babelprobe.items import items_hash, load_items
-from babelprobe.models import LoadedModel, load_model
-from babelprobe.probes.pairs import neuro_pairs
-from babelprobe.runs import open_run, score_resumably
-from babelprobe.tables import read_table, write_table
+from babelprobe.extract.layers import PEAK, check_spec
+from babelprobe.probes.settings import DESCRIPTIONS, FOLD_SCHEMES, POOLS
+from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
+from babelprobe.runs import LAYOUTS
+from babelprobe.settings import at_least, one_of, option, settings_for, settings_record
 
-MANIFEST = "compare.json"
+LAYOUT = LAYOUTS["compare"]
+MANIFEST = LAYOUT.manifest
 OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
            "correlations": "correlations.csv", "agreement": "agreement.csv"}
+# the probe protocols (`probes.settings.PROTOCOLS`), and neuro read at each group's peak layer
+PROTOCOLS = {name: {**preset, "layers": PEAK} for name, preset in PROBE_PROTOCOLS.items()}
+
+
+@dataclass(frozen=True)
+class CompareSettings:
+    """What changes the numbers of a comparison (recorded in compare.json)."""
+
+    PROTOCOLS: ClassVar[dict] = PROTOCOLS
+    protocol: str = option("default", help="paper: the XCOMPS paper's probing protocol (stratified 5-fold, pairs "
+                           "may be split, F1 over folds, max over layers); default: folds that keep each pair together")
+    layers: str = option(PEAK, metavar="peak|N", aliases=("--layer",),
+                         help="neuro layer of the per-pair view: 'peak' (each group's best layer) or a layer number")
+    rule: str = option("sum", choices=RULES, help="meta: how the two option orders decide a pair (see `score meta "
+                       "--help`)")
+    reduction: str = option("sum", choices=REDUCTIONS, help="meta and direct score reduction")
+    prompts: str = option("xcomps", metavar="NAME|FILE.tsv",
+                          help="meta prompt set: 'xcomps' (XCOMPS Figure 8), 'xcomps-babelprobe' or a .tsv")
+    folds: int = option(5, metavar="K", help="probe cross-validation folds")
+    fold_scheme: str = option("grouped", choices=FOLD_SCHEMES,
+                              help="probe folds: grouped (pairs kept together) or plain (stratified k-fold; the paper)")
+    seed: int = option(0, help="probe fold and bootstrap seed")
+    pool: str = option("last", choices=POOLS, help="pooling extracted and probed")
+
+    def __post_init__(self):
+        layers = str(self.layers).strip()
+        object.__setattr__(self, "layers", PEAK if layers.lower() in (PEAK, "max") else layers)
+        object.__setattr__(self, "prompts", str(self.prompts))
+        one_of(self, "protocol", list(PROTOCOLS))
+        one_of(self, "rule", RULES)
+        one_of(self, "reduction", REDUCTIONS)
+        one_of(self, "fold_scheme", FOLD_SCHEMES)
+        one_of(self, "pool", POOLS)
+        at_least(self, "folds", 2)
+        chosen = check_spec(self.layers, peak=True)
+        if chosen != PEAK and (chosen == "all" or len(chosen) != 1):
+            raise BabelprobeError(f"--layers {self.layers!r}: the per-pair neuro view takes 'peak' or one layer")
+
+    @property
+    def description(self) -> str:
+        return DESCRIPTIONS[self.protocol]
+
+    def stage(self, name: str) -> dict:
+        """The settings of one stage (direct, meta, neuro), as compare.json records them."""
+        if name == "direct":
+            return {"reduction": self.reduction}
+        if name == "meta":
+            return {"rule": self.rule, "reduction": self.reduction, "prompts": self.prompts}
+        return {"folds": self.folds, "fold_scheme": self.fold_scheme, "seed": self.seed, "pool": self.pool,
+                "protocol": self.protocol}
 
 
 @dataclass
@@ -53,87 +102,94 @@ class CompareResult:
     per_method: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
 
     def write(self, out: str | Path) -> None:
+        from babelprobe.tables import write_table
+
         for name, file in OUTPUTS.items():
             write_table(getattr(self, name), Path(out) / file)
 
     @classmethod
     def read(cls, out: str | Path) -> CompareResult:
-        out = Path(out)
-        missing = [f for f in OUTPUTS.values() if not (out / f).exists()]
-        if missing:
-            raise BabelprobeError(f"{out} is not a finished compare directory (no {missing[0]}); run "
-                                  "`babelprobe compare` into it first")
+        from babelprobe.tables import read_table
+
+        out = LAYOUT.check(out)
         return cls(**{name: read_table(out / file) for name, file in OUTPUTS.items()})
 
 
-def compare(model: LoadedModel | str, items: pd.DataFrame | str, out: str | Path, *, protocol: str = "default",
-            layer: int | str | None = None, rule: str = "sum", reduction: str = "sum", folds: int | None = None,
-            fold_scheme: str | None = None, seed: int = 0, pool: str = "last", prompts: str = "xcomps",
-            backend: str = "hf", acts: str | Path | None = None, batch_tokens: int = 4096,
-            source: dict | None = None, overwrite: bool = False, progress: bool = True) -> CompareResult:
+def compare(model, items: pd.DataFrame | str, out: str | Path, settings: CompareSettings | None = None, *,
+            acts: str | Path | None = None, backend: str = "hf", batch_tokens: int = 4096,
+            source: dict | None = None, overwrite: bool = False, progress: bool = True, **values) -> CompareResult:
     """Run (or reuse) direct, meta, extraction and probes on the same items and join them per pair.
 
-    `protocol` ("default" or "paper") sets `folds`, `fold_scheme` and `layer` (None: the protocol's);
-    under "paper" a value that contradicts it is an error. `prompts`: the meta prompt set (`xcomps`,
-    XCOMPS Figure 8) or a prompt file."""
-    chosen = protocol_settings(protocol, folds=folds, fold_scheme=fold_scheme, layer=layer)
-    folds, fold_scheme, layer = chosen["folds"], chosen["fold_scheme"], chosen["layer"]
+    `settings`: a `CompareSettings`, or its fields as keyword arguments: `protocol` ("default" or "paper",
+    which fixes folds, fold scheme and the peak layer; a value that contradicts it is an error), `layers`
+    (the neuro layer per pair: "peak" or a number), `rule`, `reduction`, `prompts` (the meta prompt set:
+    `xcomps`, XCOMPS Figure 8, or a prompt file), `folds`, `fold_scheme`, `seed`, `pool`. `acts`: the
+    activation store to use or create (default OUT/acts); `backend`: its extraction backend."""
+    from babelprobe.analysis import methods
+    from babelprobe.benchmarks.meta import prompts_digest
+    from babelprobe.benchmarks.scoring import score_pairs
+    from babelprobe.items import items_hash, load_items
+    from babelprobe.models import load_model
+    from babelprobe.probes.pairs import neuro_pairs
+    from babelprobe.runs import open_run
+    from babelprobe.tables import read_table
+
+    if settings is None:
+        settings = settings_for(CompareSettings, values.pop("protocol", None), PROTOCOLS, **values)
+    elif values:
+        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
     out = Path(out)
     if isinstance(items, str):
         source = source or {"source": items}
     items = load_items(items)
-    meta_settings = {"rule": rule, "reduction": reduction, "prompts": str(prompts)}
-    digest = prompts_digest(prompts, sorted(items["language"].unique()))  # bad prompts fail before model work
+    digest = prompts_digest(settings.prompts, sorted(items["language"].unique()))  # bad prompts: before model work
     lm = load_model(model) if isinstance(model, str) else model
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
-                   record={"model": lm.name, "protocol": protocol, "protocol_settings": chosen},
+                   record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings)},
                    manifest=MANIFEST, overwrite=overwrite, outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()),
                    what="a comparison of another model or item set")
-    stage = run.stage
     acts = Path(acts) if acts is not None else out / "acts"
 
-    def resumably(method: str, score, settings: dict, key: dict):
+    def scored(method: str, scorer_settings):
         """Score in chunks kept beside the table, so an interrupted compare resumes mid-stage."""
-        return lambda: score_resumably(lambda chunk: score(lm, chunk, batch_tokens=batch_tokens, progress=False,
-                                                           **settings),
-                                       items, out / f"{method}.csv",
-                                       {"method": method, "fingerprint": lm.fingerprint, **settings, **key},
-                                       progress=progress, desc=method)
+        return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
+                                   batch_tokens=batch_tokens, progress=progress)
 
-    direct = stage("direct", {"reduction": reduction},
-                   resumably("direct", score_direct, {"reduction": reduction}, {}), out / "direct.csv", read_table)
+    direct = run.stage("direct", settings.stage("direct"), scored("direct", DirectSettings(settings.reduction)),
+                       out / "direct.csv", read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
-    meta = stage("meta", {**meta_settings, "prompts_digest": digest},
-                 resumably("meta", score_meta, meta_settings, {"prompts_digest": digest}), out / "meta.csv",
-                 read_table)
-    store_digest = _ensure_store(lm, items, acts, overwrite, pool=pool, backend=backend, source=source,
+    meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)
+    meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
+                     out / "meta.csv", read_table)
+    store_digest = _ensure_store(lm, items, acts, overwrite, pool=settings.pool, backend=backend, source=source,
                                  progress=progress)
-    from babelprobe.probes import ProbeResult, sweep
+    from babelprobe.probes import ProbeResult, probe
 
-    probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, "folds": folds,
-                      "fold_scheme": fold_scheme, "seed": seed, "pool": pool, "protocol": protocol}
+    probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
 
     def probe_now():
-        result = sweep(acts, folds=folds, fold_scheme=fold_scheme, seed=seed, pool=pool, items=items,
-                       progress=progress)
-        result.settings["protocol"] = protocol  # written to neuro.settings.json
+        result = probe(acts, folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed,
+                       pool=settings.pool, protocol=settings.protocol, items=items, progress=progress)
         return _probe_written(result, out / "neuro.csv")
 
-    probe = stage("neuro", probe_settings, probe_now, out / "neuro.csv", ProbeResult.read)
-    neuro = neuro_pairs(probe, layer, items)
+    probed = run.stage("neuro", probe_settings, probe_now, out / "neuro.csv", ProbeResult.read)
+    neuro = neuro_pairs(probed, settings.layers, items)
     per_method = {"meta": meta, "direct": direct, "neuro": neuro}
-    summary = methods.summarize(per_method, probe.table).assign(protocol=protocol)
+    summary = methods.summarize(per_method, probed.table).assign(protocol=settings.protocol)
     joined = methods.join_pairs({"direct": direct, "meta": meta, "neuro": neuro})
-    result = CompareResult(items=joined, summary=summary, layers=probe.table.assign(protocol=protocol),
+    result = CompareResult(items=joined, summary=summary, layers=probed.table.assign(protocol=settings.protocol),
                            correlations=methods.correlations(summary), agreement=methods.agreement(joined),
                            per_method=per_method)
     result.write(out)
     return result
 
 
-def compare_models(base: str | Path, other: str | Path) -> pd.DataFrame:
+def diff(base: str | Path, other: str | Path) -> pd.DataFrame:
     """`other − base` per language × subset × method × metric of two compare directories (e.g. the
-    paper's instruct − base), with paired bootstrap intervals for accuracy differences."""
+    paper's instruct − base), with paired bootstrap intervals for accuracy differences
+    (`babelprobe diff`)."""
+    from babelprobe.analysis import methods
+
     a, b = CompareResult.read(base), CompareResult.read(other)
     return methods.difference(a.summary, b.summary, a.items, b.items)
 
@@ -145,10 +201,11 @@ def _probe_written(result, path: Path):
     return result
 
 
-def _ensure_store(lm: LoadedModel, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:
+def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:
     """Reuse a complete store of this model and item set, resume an incomplete one, refuse another's
     (unless `overwrite`). Returns a digest of the store's shard checksums, so probes redo if it changes."""
     from babelprobe.extract import extract, open_store
+    from babelprobe.items import items_hash
 
     if (acts / "manifest.json").exists():
         store = open_store(acts, allow_incomplete=True)

@@ -17,8 +17,9 @@ SLURM they are submitted with an `afterok` dependency on its extract job. When e
 `collect` writes CELL/neuro.csv and CELL/neuro.peaks.csv (the batches joined) and OUT/summary.csv (the
 peak layer of every cell × group).
 
-`OUT/sweep.json` records the sweep's settings (`runs.open_run`): the same command again resumes; other
-settings are refused unless `overwrite`.
+`sweep(models, item_sets, out, settings)` (`bp.sweep`, `babelprobe sweep`) plans, checks the run directory
+and runs: `OUT/sweep.json` records the sweep's identity (models, item sets, slices and `SweepSettings`;
+`runs.open_run`): the same command again resumes; other settings are refused unless `overwrite`.
 """
 
 from __future__ import annotations
@@ -32,10 +33,47 @@ from pathlib import Path
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.extract.settings import BACKENDS
+from babelprobe.probes.settings import POOLS, parse_controls
+from babelprobe.settings import as_tuple, at_least, one_of, option, settings_record
 from babelprobe.tables import atomic_path, write_table
 
 EXECUTORS = ("local", "slurm")
 STANDARD_GROUP = ("language", "subset")
+MANIFEST = "sweep.json"  # = runs.LAYOUTS["sweep"].manifest
+
+
+@dataclass(frozen=True)
+class SweepSettings:
+    """What changes the numbers of a sweep's extractions and probes (recorded in sweep.json)."""
+
+    pool: str = option("last", choices=POOLS, help="pooling stored and probed")
+    layers: str = option("all", metavar="SPEC", help="layers to store and probe: all, or e.g. 0,6,12-18")
+    backend: str = option("hf", choices=BACKENDS, help="extraction backend (all store the same values)")
+    by: tuple[str, ...] = option(STANDARD_GROUP, metavar="LIST", help="key columns that define the probe groups")
+    folds: int = option(5, metavar="K", help="probe cross-validation folds")
+    seed: int = option(0, help="probe fold, control and bootstrap seed")
+    n_boot: int = option(1000, metavar="N", help="bootstrap replicates over pairs (0: none)")
+    controls: tuple[str, ...] = option((), flag="--control", metavar="NAME", type=str,
+                                       help="none, shuffle, hewitt or all")
+    groups_per_job: int = option(8, metavar="N", help="probe groups per job")
+
+    def __post_init__(self):
+        object.__setattr__(self, "by", as_tuple(self.by))
+        object.__setattr__(self, "controls", parse_controls(self.controls))
+        object.__setattr__(self, "layers", str(self.layers))
+        one_of(self, "pool", POOLS)
+        one_of(self, "backend", BACKENDS)
+        at_least(self, "folds", 2)
+        at_least(self, "n_boot", 0)
+        at_least(self, "groups_per_job", 1)
+
+    def extract_options(self) -> dict:
+        return {"backend": self.backend, "pool": self.pool, "layers": self.layers}
+
+    def probe_options(self) -> dict:
+        return {"pool": self.pool, "layers": self.layers, "folds": self.folds, "seed": self.seed,
+                "n_boot": self.n_boot, "controls": list(self.controls)}
 
 
 @dataclass(frozen=True)
@@ -165,7 +203,7 @@ def _extract(job: Job) -> None:
 
 def _probe(job: Job) -> None:
     from babelprobe.extract import open_store
-    from babelprobe.probes.run import sweep
+    from babelprobe.probes.run import probe
     from babelprobe.probes.source import ArrayStore
 
     options = dict(job.probe_options)
@@ -182,7 +220,7 @@ def _probe(job: Job) -> None:
                       n_layers=store.n_layers)
     part.path, part.manifest, part.load_items = str(store.path), store.manifest, store.load_items
     part.fingerprint, part.items_hash = store.fingerprint, store.items_hash
-    result = sweep(part, by=by, **options)
+    result = probe(part, by=by, **options)
     result.settings.update({"store": str(store.path), "groups": [list(g) for g in job.groups]})
     job.table.parent.mkdir(parents=True, exist_ok=True)
     result.write(job.table)
@@ -224,6 +262,7 @@ class SweepReport:
     submitted: list = field(default_factory=list)  # (job id, scheduler id) on SLURM
     summary: Path | None = None
     seconds: float = 0.0
+    planned: list = field(default_factory=list)  # (job id, done) of a dry run
 
     def describe(self) -> str:
         if self.submitted:
@@ -231,6 +270,43 @@ class SweepReport:
                     "run the same command again once they finish to collect the tables")
         done = f"ran {self.ran} job(s) in {self.seconds:.1f} s, {self.skipped} of {self.jobs} already done"
         return done + (f"; summary in {self.summary}" if self.summary else "")
+
+
+def sweep(models: list[str], item_sets: list[str], out: str | Path, settings: SweepSettings | None = None, *,
+          slices: list | None = None, subsets: list[str] | None = None, limit: int | None = None,
+          executor: str = "local", slurm: dict | None = None, wait: bool = False, dry_run: bool = False,
+          placement: dict | None = None, overwrite: bool = False, progress=print, cluster: str | None = None,
+          **values) -> SweepReport:
+    """Plan the jobs of models × item sets × language `slices` (`plan`), record the sweep's identity in
+    OUT/sweep.json and run (or submit) those not done yet (`run_sweep`); `dry_run` plans only (the
+    report's `planned` lists (job id, done)). `placement`: how each model is loaded and batched (device,
+    model_dtype, device_map, max_memory, batch_tokens, shard_size; model_dtype is part of the identity)."""
+    if settings is None:
+        settings = SweepSettings(**values)
+    elif values:
+        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    if limit is not None and limit < 1:
+        raise BabelprobeError(f"--limit must be at least 1, got {limit}")
+    if executor not in EXECUTORS:
+        raise BabelprobeError(f"unknown --executor {executor!r}; use {' or '.join(EXECUTORS)}")
+    from babelprobe.extract.layers import check_spec
+
+    check_spec(settings.layers)
+    placement = {k: v for k, v in (placement or {}).items()}
+    jobs = plan(models, item_sets, slices or [], out, by=settings.by, groups_per_job=settings.groups_per_job,
+                limit=limit, subsets=subsets, extract_options={**settings.extract_options(), **placement},
+                probe_options=settings.probe_options())
+    if dry_run:
+        return SweepReport(jobs=len(jobs), skipped=sum(is_done(j) for j in jobs),
+                           planned=[(job.id, is_done(job)) for job in jobs])
+    from babelprobe.runs import open_run
+
+    identity = {"sweep": {"models": list(models), "items": list(item_sets), "slices": slices, "subsets": subsets,
+                          "limit": limit, "model_dtype": placement.get("model_dtype"),
+                          "settings": settings_record(settings)}}
+    open_run(out, identity, manifest=MANIFEST, overwrite=overwrite, what="a sweep",
+             outputs=(".jobs", "summary.csv", *dict.fromkeys(job.cell.split("/")[0] for job in jobs)))
+    return run_sweep(jobs, executor, slurm=slurm, wait=wait, progress=progress, cluster=cluster)
 
 
 def run_sweep(jobs: list[Job], executor: str = "local", *, slurm: dict | None = None, wait: bool = False,

@@ -8,7 +8,7 @@ from scipy import stats
 
 from babelprobe.analysis import methods
 from babelprobe.cli import main
-from babelprobe.comparison import CompareResult, compare, compare_models
+from babelprobe.comparison import CompareResult, compare, diff
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import load_items
 from tests.tiny import tiny_lm
@@ -67,7 +67,7 @@ def test_summary_has_every_cell_and_method_with_intervals(first_run):
 
 
 def test_second_run_reuses_every_stage(first_run, monkeypatch):
-    import babelprobe.comparison as cmp
+    import babelprobe.benchmarks.scoring as scoring
     import babelprobe.extract as extract_pkg
     import babelprobe.probes as probes
 
@@ -76,7 +76,7 @@ def test_second_run_reuses_every_stage(first_run, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a finished stage was recomputed")
 
-    for module, name in ((cmp, "score_direct"), (cmp, "score_meta"), (extract_pkg, "extract"), (probes, "sweep")):
+    for module, name in ((scoring, "score_pairs"), (extract_pkg, "extract"), (probes, "probe")):
         monkeypatch.setattr(module, name, fail)
     again = compare(lm, items_frame(), out, folds=3, progress=False)
     pd.testing.assert_frame_equal(again.items, result.items)
@@ -85,7 +85,7 @@ def test_second_run_reuses_every_stage(first_run, monkeypatch):
 def test_other_meta_wording_reruns_meta_only(first_run, tmp_path, monkeypatch):
     import shutil
 
-    import babelprobe.comparison as cmp
+    import babelprobe.benchmarks.direct as direct
     import babelprobe.extract as extract_pkg
     import babelprobe.probes as probes
 
@@ -96,7 +96,7 @@ def test_other_meta_wording_reruns_meta_only(first_run, tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a finished stage was recomputed")
 
-    for module, name in ((cmp, "score_direct"), (extract_pkg, "extract"), (probes, "sweep")):
+    for module, name in ((direct, "score_direct"), (extract_pkg, "extract"), (probes, "probe")):
         monkeypatch.setattr(module, name, fail)
     again = compare(lm, items_frame(), copy, acts=out / "acts", folds=3, prompts="xcomps-babelprobe", progress=False)
     before, after = (r.per_method["meta"].query("language == 'de'")["prompt_gf"].iloc[0] for r in (result, again))
@@ -122,14 +122,15 @@ def test_difference_of_two_models_with_paired_intervals(first_run, tmp_path):
     _, out, base = first_run
     other_dir = tmp_path / "other"
     other = compare(tiny_lm("llama", seed=1), items_frame(), other_dir, folds=3, progress=False)
-    diff = compare_models(out, other_dir)
-    row = diff[(diff["method"] == "direct") & (diff["metric"] == "accuracy") & (diff["language"] == "en")
-               & (diff["subset"] == "taxonomic")].iloc[0]
+    difference = diff(out, other_dir)
+    row = difference[(difference["method"] == "direct") & (difference["metric"] == "accuracy")
+                     & (difference["language"] == "en") & (difference["subset"] == "taxonomic")].iloc[0]
     cell = lambda r: r.per_method["direct"].query("language == 'en' and subset == 'taxonomic'")  # noqa: E731
     assert row["difference"] == pytest.approx(cell(other)["correct"].mean() - cell(base)["correct"].mean())
     assert row["ci_low"] <= row["difference"] <= row["ci_high"]
-    assert main(["compare", "--diff", str(out), str(other_dir), "--out", str(tmp_path / "d")]) == 0
+    assert main(["diff", str(out), str(other_dir), "--out", str(tmp_path / "d")]) == 0
     assert (tmp_path / "d" / "difference.csv").exists()
+    assert main(["compare", "--diff", str(out), str(other_dir), "--out", str(tmp_path / "old")]) == 0  # old spelling
 
 
 def test_correlations_match_scipy_and_agreement_counts_match_a_crosstab():

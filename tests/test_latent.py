@@ -223,7 +223,8 @@ def test_align_needs_parallel_ids(tmp_path):
 # ---------------------------------------------------------------------------------------------- CLI
 
 def fake_compare(path, items: pd.DataFrame, n_layers: int) -> None:
-    """A compare directory's three tables, written by hand: every pair correct in meta, alternate in direct."""
+    """A compare directory's three tables the lens and alignment read, written by hand (every pair correct
+    in meta, alternate in direct), and the two they do not read, empty."""
     pairs = items.drop_duplicates("pair_id")[["pair_id", "language", "subset"]].reset_index(drop=True)
     pairs["meta_correct"] = True
     pairs["direct_correct"] = np.arange(len(pairs)) % 2 == 0
@@ -236,6 +237,8 @@ def fake_compare(path, items: pd.DataFrame, n_layers: int) -> None:
     layers = [{"language": lang, "subset": "taxonomic", "layer": layer, "f1_mean": 0.5 + 0.01 * layer * (k + 1)}
               for k, lang in enumerate(languages) for layer in range(n_layers + 1)]
     pd.DataFrame(layers).to_csv(path / "layers.csv", index=False)
+    for name in ("correlations.csv", "agreement.csv"):
+        (path / name).write_text("method_a,method_b\n", encoding="utf-8")
 
 
 def test_lens_and_align_commands_write_tables_and_figures(tmp_path, tiny_dir, tiny, capsys):

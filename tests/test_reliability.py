@@ -11,7 +11,6 @@ import errno
 import hashlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -210,7 +209,7 @@ def test_11_nan_and_inf_activations(work, capsys):
     values = np.random.default_rng(1).normal(size=(len(keys), 4, 8)).astype(np.float32)
     values[3, 2, 0] = np.inf
     with pytest.raises(bp.BabelprobeError, match=r"layer 2 are NaN or inf for item 'en1-0'"):
-        bp.sweep(bp.ArrayStore(keys, last=values), folds=3, n_boot=0, progress=False)
+        bp.probe(bp.ArrayStore(keys, last=values), folds=3, n_boot=0, progress=False)
 
 
 # ------------------------------------------------------------------------------------------------ stores
@@ -458,4 +457,151 @@ def test_24_unknown_output_format_is_refused_before_the_work(work, capsys):
 def test_25_bad_layer_list(work, capsys):
     root, model, items = work
     fails(extract_args(model, items, root / "acts25", "--layers", "2-9"), capsys, "9")
-    shutil.rmtree(root / "acts25", ignore_errors=True)
+    assert not (root / "acts25").exists()
+    # a list that cannot be read is refused before the model is even looked for
+    fails(extract_args(root / "no-such-model", items, root / "acts25", "--layers", "5-2"), capsys,
+          "--layers '5-2': the range 5-2 runs backwards; write 2-5")
+    assert not (root / "acts25").exists()
+
+
+# --------------------------------------------- inputs checked before work: lens, align, sweep, report, compare
+# Each case: one line, exit 2, and OUT neither created nor changed. `--model` points nowhere where the model
+# must not be loaded before the mistake is found (a model error would show instead).
+
+@pytest.fixture(scope="module")
+def store(work):
+    """A store of the tiny model on the valid items (en, de; parallel_id set)."""
+    root, model, items = work
+    assert run(extract_args(model, items, root / "acts-checks", "--layers", "0-2")) == 0
+    return root / "acts-checks"
+
+
+@pytest.fixture(scope="module")
+def compare_dir(work):
+    root, model, items = work
+    out = root / "cmp-checks"
+    assert run(["compare", "--model", model, "--items", items, "--folds", "2", "--out", out, "--no-progress"]) == 0
+    return out
+
+
+def snapshot(path: Path) -> dict:
+    """Every file under `path` with its content hash (empty when `path` does not exist)."""
+    if not path.exists():
+        return {}
+    return {str(f.relative_to(path)): hashlib.sha256(f.read_bytes()).hexdigest() for f in path.rglob("*") if f.is_file()}
+
+
+def refused(argv: list, out: Path, capsys, *needles: str) -> str:
+    """`fails`, and OUT exactly as it was before (not created when it did not exist)."""
+    existed, before = out.exists(), snapshot(out)
+    line = fails(argv, capsys, *needles)
+    assert out.exists() == existed and snapshot(out) == before
+    return line
+
+
+def align_args(out, *extra):
+    return ["align", "--out", out, "--no-progress", *extra]
+
+
+def lens_args(out, *extra):
+    return ["lens", "--out", out, "--no-progress", *extra]
+
+
+def test_26_align_layer_not_in_the_store(store, tmp_path, capsys):
+    refused(align_args(tmp_path / "o", "--acts", store, "--items", "xcomps-sample", "--layers", "77"),
+            tmp_path / "o", capsys, "--layers '77': layer 77 is not in the store; stored layers: 0-2")
+
+
+def test_27_align_store_missing_or_not_a_store(work, tmp_path, capsys):
+    refused(align_args(tmp_path / "o", "--acts", tmp_path / "missing"), tmp_path / "o", capsys,
+            "--acts", "missing: no such directory")
+    (tmp_path / "empty").mkdir()
+    refused(align_args(tmp_path / "o", "--acts", tmp_path / "empty"), tmp_path / "o", capsys,
+            "is not a finished store directory (no manifest.json)")
+
+
+def test_28_align_pivot_not_among_the_languages(store, tmp_path, capsys):
+    refused(align_args(tmp_path / "o", "--acts", store, "--pivot", "ja"), tmp_path / "o", capsys,
+            "--pivot ja: not among the items' languages (de, en)")
+
+
+def test_29_align_and_lens_compare_directory_not_finished(work, tmp_path, capsys):
+    root, _, items = work
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "items.csv").write_text("pair_id\n", encoding="utf-8")
+    refused(align_args(tmp_path / "o", "--compare", half), tmp_path / "o", capsys,
+            "--compare", "is not a finished compare directory (no summary.csv); run `babelprobe compare`")
+    refused(lens_args(tmp_path / "o", "--model", root / "no-such-model", "--items", items, "--compare", half),
+            tmp_path / "o", capsys, "is not a finished compare directory")
+
+
+def test_30_align_figure_layer_not_aligned(store, tmp_path, capsys):
+    refused(align_args(tmp_path / "o", "--acts", store, "--layers", "0-1", "--matrix-layer", "2"), tmp_path / "o",
+            capsys, "--matrix-layer 2 is not among the aligned layers (0..1)")
+
+
+def test_31_lens_store_missing_is_found_before_the_model(work, tmp_path, capsys):
+    root, _, items = work
+    refused(lens_args(tmp_path / "o", "--model", root / "no-such-model", "--acts", tmp_path / "missing"),
+            tmp_path / "o", capsys, "missing: no such directory")
+
+
+def test_32_lens_target_without_a_store(work, tmp_path, capsys):
+    root, _, items = work
+    refused(lens_args(tmp_path / "o", "--model", root / "no-such-model", "--items", items, "--target", "answer"),
+            tmp_path / "o", capsys, "--target needs --acts")
+
+
+def test_33_lens_bad_settings(work, tmp_path, capsys):
+    root, _, items = work
+    refused(lens_args(tmp_path / "o", "--items", items, "--top-k", "0"), tmp_path / "o", capsys,
+            "--top-k must be at least 1, got 0")
+    refused(lens_args(tmp_path / "o", "--items", items, "--orders", "gf,xx"), tmp_path / "o", capsys,
+            "--orders: unknown order 'xx'")
+
+
+def test_34_lens_into_a_finished_run_of_other_settings_leaves_it_untouched(work, store, tmp_path, capsys):
+    root, model, items = work
+    out = tmp_path / "lens"
+    assert run(lens_args(out, "--model", model, "--acts", store, "--n-boot", "10")) == 0
+    refused(lens_args(out, "--model", model, "--acts", store, "--top-k", "3"), out, capsys,
+            "lens.json: this directory holds a lens run of another model, item set or settings with top_k=10, not 3")
+
+
+def test_35_sweep_bad_settings(work, tmp_path, capsys):
+    root, model, items = work
+    base = ["sweep", "--models", model, "--items", items, "--out", tmp_path / "s"]
+    refused([*base, "--folds", "1"], tmp_path / "s", capsys, "--folds must be at least 2, got 1")
+    refused([*base, "--layers", "5-2"], tmp_path / "s", capsys, "the range 5-2 runs backwards")
+    refused([*base, "--control", "bogus"], tmp_path / "s", capsys, "--control: unknown control 'bogus'")
+    refused([*base, "--limit", "0"], tmp_path / "s", capsys, "--limit must be at least 1, got 0")
+    refused([*base, "--groups-per-job", "0"], tmp_path / "s", capsys, "--groups-per-job must be at least 1")
+
+
+def test_36_sweep_group_column_the_items_lack(work, tmp_path, capsys):
+    root, model, items = work
+    refused(["sweep", "--models", model, "--items", items, "--by", "language,genre", "--out", tmp_path / "s"],
+            tmp_path / "s", capsys, "cannot group probes by 'genre': the items have no such field")
+
+
+def test_37_report_other_is_not_a_compare_directory(compare_dir, store, tmp_path, capsys):
+    refused(["report", "--results", compare_dir, "--other", store, "--out", tmp_path / "f"], tmp_path / "f", capsys,
+            "is not a finished compare directory")
+    refused(["report", "--results", compare_dir, "--other", tmp_path / "missing", "--out", tmp_path / "f"],
+            tmp_path / "f", capsys, "missing: no such directory")
+
+
+def test_38_report_other_made_on_other_items(work, compare_dir, tmp_path, capsys):
+    root, model, items = work
+    other = tmp_path / "other"
+    assert run(["compare", "--model", model, "--items", items, "--languages", "en", "--folds", "2", "--out", other,
+                "--no-progress"]) == 0
+    refused(["report", "--results", compare_dir, "--other", other, "--out", tmp_path / "f"], tmp_path / "f", capsys,
+            "were run on different items")
+
+
+def test_39_compare_per_pair_view_takes_one_layer(work, tmp_path, capsys):
+    root, _, items = work
+    refused(["compare", "--model", root / "no-such-model", "--items", items, "--layers", "3,4", "--out", tmp_path / "c"],
+            tmp_path / "c", capsys, "the per-pair neuro view takes 'peak' or one layer")

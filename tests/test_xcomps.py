@@ -15,9 +15,10 @@ from babelprobe.analysis import xcomps
 from babelprobe.analysis.peaks import language_peaks, subset_peaks
 from babelprobe.analysis.report import FIGURES, write_report
 from babelprobe.cli import main
-from babelprobe.comparison import compare
+from babelprobe.comparison import PROTOCOLS, CompareSettings, compare
 from babelprobe.errors import BabelprobeError
 from babelprobe.probes import ProbeResult
+from babelprobe.settings import settings_for
 from tests.test_figures import items_frame
 from tests.tiny import tiny_lm
 
@@ -50,7 +51,9 @@ def test_the_protocol_is_recorded_in_every_output(runs):
     out = runs / "base"
     manifest = json.loads((out / "compare.json").read_text())
     assert manifest["protocol"] == "paper"
-    assert manifest["protocol_settings"] == {"fold_scheme": "plain", "folds": 5, "layer": "peak"}
+    recorded = manifest["settings"]
+    assert (recorded["protocol"], recorded["fold_scheme"], recorded["folds"], recorded["layers"]) == \
+        ("paper", "plain", 5, "peak")
     settings = json.loads((out / "neuro.settings.json").read_text())
     assert (settings["protocol"], settings["fold_scheme"], settings["folds"]) == ("paper", "plain", 5)
     assert (pd.read_csv(out / "summary.csv")["protocol"] == "paper").all()
@@ -62,7 +65,8 @@ def test_the_paper_protocol_refuses_a_contradicting_option_and_the_default_takes
     with pytest.raises(BabelprobeError, match="--protocol paper runs --fold-scheme plain; drop --fold-scheme grouped"):
         compare(tiny_lm("llama"), items_frame(), tmp_path / "x", protocol="paper", fold_scheme="grouped")
     assert not (tmp_path / "x").exists()
-    assert xcomps.protocol_settings("default", folds=3) == {"fold_scheme": "grouped", "folds": 3, "layer": "peak"}
+    default = settings_for(CompareSettings, "default", PROTOCOLS, folds=3)
+    assert (default.fold_scheme, default.folds, default.layers) == ("grouped", 3, "peak")
     code = main(["compare", "--items", "xcomps-sample", "--languages", "en", "--limit", "5", "--protocol", "paper",
                  "--folds", "3", "--out", str(tmp_path / "y"), "--no-progress"])
     err = capsys.readouterr().err

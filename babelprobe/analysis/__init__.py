@@ -1,31 +1,17 @@
 """Analysis: joins, accuracy tables with intervals, correlations, peak layers, figures, the report."""
 
-from babelprobe.analysis.figures import (
-    plot_layer_curves,
-    plot_method_bars,
-    plot_method_correlations,
-    plot_peak_heatmap,
-    plot_peak_typology,
-    plot_transfer,
-)
-from babelprobe.analysis.methods import agreement, correlations, difference, join_pairs, primary, summarize
-from babelprobe.analysis.peaks import (
-    language_curves,
-    language_peaks,
-    peak_difference,
-    subset_peaks,
-    typology_peaks,
-    with_typology,
-)
-from babelprobe.analysis.report import load_results, write_report
-from babelprobe.analysis.style import save as save_figure
-from babelprobe.analysis.summary import accuracy_pivot, accuracy_table
-from babelprobe.stats import wilson
+from babelprobe.lazy import lazy_exports
 
-__all__ = [
-    "accuracy_pivot", "accuracy_table", "wilson",
-    "agreement", "correlations", "difference", "join_pairs", "primary", "summarize",
-    "language_curves", "language_peaks", "peak_difference", "subset_peaks", "typology_peaks", "with_typology",
-    "plot_layer_curves", "plot_method_bars", "plot_method_correlations", "plot_peak_heatmap", "plot_peak_typology",
-    "plot_transfer", "save_figure", "load_results", "write_report",
-]
+# imported when first used: `import babelprobe.analysis.X` for a light module does not load matplotlib
+_EXPORTS = {
+    "accuracy_pivot": "summary", "accuracy_table": "summary", "wilson": "summary",
+    "agreement": "methods", "correlations": "methods", "difference": "methods", "join_pairs": "methods",
+    "primary": "methods", "summarize": "methods",
+    "language_curves": "peaks", "language_peaks": "peaks", "peak_difference": "peaks", "subset_peaks": "peaks",
+    "typology_peaks": "peaks", "with_typology": "peaks",
+    "plot_layer_curves": "figures", "plot_method_bars": "figures", "plot_method_correlations": "figures",
+    "plot_peak_heatmap": "figures", "plot_peak_typology": "figures", "plot_transfer": "figures",
+    "save_figure": "style:save", "load_results": "results", "write_report": "report",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -13,6 +13,8 @@ Each takes the tables `babelprobe lens` / `babelprobe align` write and returns a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
@@ -162,3 +164,68 @@ def plot_alignment_correlation(correlations: pd.DataFrame):
         ax.axhline(0, color="#777777", linewidth=0.6)
         ax.legend(frameon=False)
     return fig
+
+
+# ------------------------------------------------------------------------------ a run's figures, its report
+
+def lens_figures(curves: pd.DataFrame, pivot: str | None, folder) -> dict[str, list]:
+    """The figures of a lens run into `folder`: lens_entropy, and lens_curves when there is a pivot."""
+    from babelprobe.analysis.style import save
+
+    written = {"lens_entropy": save(plot_lens_entropy(curves), Path(folder) / "lens_entropy")}
+    if pivot and curves["p_pivot"].notna().any():
+        written["lens_curves"] = save(plot_lens_curves(curves, pivot), Path(folder) / "lens_curves")
+    return written
+
+
+def alignment_figures(curves: pd.DataFrame, matrix: pd.DataFrame, correlations: pd.DataFrame | None, layer: int,
+                      folder) -> dict[str, list]:
+    """The figures of an alignment run into `folder`: alignment, alignment_matrix (at `layer`) and, with a
+    compare directory's results, alignment_correlation."""
+    from babelprobe.analysis.style import save
+
+    folder = Path(folder)
+    written = {"alignment": save(plot_alignment(curves), folder / "alignment"),
+               "alignment_matrix": save(plot_alignment_matrix(matrix, layer), folder / "alignment_matrix")}
+    if correlations is not None and len(correlations):
+        written["alignment_correlation"] = save(plot_alignment_correlation(correlations),
+                                                folder / "alignment_correlation")
+    return written
+
+
+def report_lens(path, out, n_boot: int = 1000, seed: int = 0):
+    """`babelprobe report --results LENS_DIR`: the lens figures again, from the tables on disk."""
+    import json
+
+    from babelprobe.tables import read_table
+
+    path = Path(path)
+    state = json.loads((path / "lens.json").read_text(encoding="utf-8"))
+    figures = lens_figures(read_table(path / "curves.csv"), state.get("pivot"), out)
+    return _written_report(out, f"lens run {path}", figures)
+
+
+def report_align(path, out, n_boot: int = 1000, seed: int = 0):
+    """`babelprobe report --results ALIGN_DIR`: the alignment figures again, from the tables on disk."""
+    import json
+
+    from babelprobe.tables import read_table
+
+    path = Path(path)
+    state = json.loads((path / "align.json").read_text(encoding="utf-8"))
+    correlations = read_table(path / "correlations.csv") if (path / "correlations.csv").exists() else None
+    figures = alignment_figures(read_table(path / "curves.csv"), read_table(path / "matrix.csv"), correlations,
+                                int(state["matrix_layer"]), out)
+    return _written_report(out, f"alignment run {path}", figures)
+
+
+def _written_report(out, title: str, figures: dict):
+    """A `report.Report` of these figures, with a report.md that shows them (written last)."""
+    from babelprobe.analysis.report import Report
+    from babelprobe.tables import atomic_path
+
+    out = Path(out)
+    lines = [f"# babelprobe report: {title}", ""] + [f"![{name}]({paths[-1].name})" for name, paths in figures.items()]
+    with atomic_path(out / "report.md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return Report(out=out, figures=figures)

@@ -1,7 +1,7 @@
 """XCOMPS as published (He, Nie et al. 2025): the paper's probing protocol as a preset, and the tables
 behind its figures, computed from `compare` results.
 
-    PROTOCOLS["paper"]                   # stratified 5-fold (pairs may be split), F1 over folds, max over layers
+    probes.settings.PROTOCOLS["paper"]   # stratified 5-fold (pairs may be split), F1 over folds, max over layers
     cells = method_cells(summary, layers)  # Fig. 2 / Table 4: language × negative type × method
     typology_means(cells)                # Fig. 4 / Table 5 (typology_table): class means, English left out
     peak_readings(language_peaks, subset_peaks)   # Fig. 6 under both readings of "average peak layer"
@@ -32,42 +32,14 @@ from babelprobe.analysis.peaks import (
 )
 from babelprobe.errors import BabelprobeError
 from babelprobe.probes.peaks import f1_intervals
+from babelprobe.probes.settings import PROTOCOLS
 
-# The probe settings each protocol fixes (docs/fidelity.md). "default" is babelprobe's: folds stratified
-# and grouped by pair, so a probe is never tested on a sentence whose partner it was trained on.
-PROTOCOLS = {
-    "default": {"fold_scheme": "grouped", "folds": 5, "layer": "peak"},
-    "paper": {"fold_scheme": "plain", "folds": 5, "layer": "peak"},  # XCOMPS §4.2, Fig. 2 caption
-}
-DESCRIPTIONS = {
-    "default": "babelprobe default: 5-fold cross-validation stratified and grouped by pair, F1 averaged over "
-               "folds, neuro at each language × subset's peak layer",
-    "paper": "XCOMPS paper (§4.2, Fig. 2): 5-fold cross-validation, stratified by label (ours: §4.2 does not say; the two sentences of a pair may "
-             "fall in different folds), F1 averaged over the folds, neuro = the maximum over layers",
-}
+# The probing protocols live with the probes (`probes.settings`): babelprobe's default keeps the two
+# sentences of a pair in one fold; "paper" is XCOMPS §4.2 (docs/fidelity.md).
 METHOD_METRIC = {"meta": "accuracy", "direct": "accuracy", "neuro": "f1"}
 
 
 # ------------------------------------------------------------------------------------------- protocol
-
-def protocol_settings(protocol: str = "default", **given) -> dict:
-    """The settings of `protocol` with the options given explicitly (None: not given). Under "default"
-    an option given wins; under "paper" an option that contradicts the preset is a one-line error, so
-    that results labelled "paper" always ran the paper's protocol."""
-    if protocol not in PROTOCOLS:
-        raise BabelprobeError(f"unknown protocol {protocol!r}; use {' or '.join(PROTOCOLS)}")
-    settings = dict(PROTOCOLS[protocol])
-    for name, value in given.items():
-        if value is None:
-            continue
-        preset = settings.get(name)
-        if protocol != "default" and name in PROTOCOLS[protocol] and str(value) != str(preset):
-            flag = "--" + name.replace("_", "-")
-            raise BabelprobeError(f"--protocol {protocol} runs {flag} {preset}; drop {flag} {value} or the "
-                                  "--protocol")
-        settings[name] = value
-    return settings
-
 
 def recorded_protocol(info: dict) -> str:
     """The protocol a results directory was made with: as recorded by `compare` / `probe`, else the

@@ -13,26 +13,34 @@ import typing
 
 from babelprobe.settings import settings_for
 
+MODEL_DTYPES = ("float32", "bfloat16", "float16")
 
-def add_model_options(parser: argparse.ArgumentParser, dtype_option: str = "--dtype") -> None:
-    """`dtype_option` renames the model's --dtype (its value stays `args.dtype`) for commands whose own
-    --dtype means something else (extract: the stored dtype)."""
+
+def add_model_options(parser: argparse.ArgumentParser, dtype_alias: bool = True) -> None:
+    """--model and how to load it. The model's dtype is `--model-dtype` in every command; `--dtype`, its old
+    spelling, is a hidden alias where `--dtype` has no other meaning (`dtype_alias`; in extract and probe
+    it is the old spelling of --store-dtype / --solver-dtype)."""
     group = parser.add_argument_group("model")
     group.add_argument("--model", default="default", metavar="SPEC",
                        help="'default' (Gemma-3-270M, offline), a local dir, a hub id ORG/NAME[@REV] or a .gguf file")
     group.add_argument("--revision", help="hub revision (branch, tag or commit)")
     group.add_argument("--device", help="cuda, mps or cpu (default: the first available)")
-    group.add_argument(dtype_option, dest="dtype",
+    group.add_argument("--model-dtype", dest="model_dtype", choices=MODEL_DTYPES,
                        help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
+    if dtype_alias:
+        group.add_argument("--dtype", dest="model_dtype", choices=MODEL_DTYPES, help=argparse.SUPPRESS)
     group.add_argument("--trust-remote-code", action="store_true",
                        help="allow model code from the hub to run (off by default; only for models you trust)")
 
 
-def add_items_options(parser: argparse.ArgumentParser, required: bool = False) -> None:
+def add_items_options(parser: argparse.ArgumentParser, required: bool = False, items: bool = True) -> None:
+    """--items and its selection options (`items=False`: the selection only, for a command that names the
+    source another way)."""
     group = parser.add_argument_group("items")
-    group.add_argument("--items", default=None if required else "xcomps-sample", required=required,
-                       metavar="NAME|PATH", help="bundled set name, item file (.jsonl .json .csv .tsv .parquet; released "
-                       "COMPS/XCOMPS layouts too) or directory, or hf:ORG/NAME[:config[:split]]")
+    if items:
+        group.add_argument("--items", default=None if required else "xcomps-sample", required=required,
+                           metavar="NAME|PATH", help="bundled set name, item file (.jsonl .json .csv .tsv .parquet; "
+                           "released COMPS/XCOMPS layouts too) or directory, or hf:ORG/NAME[:config[:split]]")
     group.add_argument("--language", metavar="CODE",
                        help="language of a single-language source that does not say (no 'language' field and no "
                        "code in its name, e.g. a renamed COMPS file: --language en)")
@@ -43,6 +51,20 @@ def add_items_options(parser: argparse.ArgumentParser, required: bool = False) -
 
 def comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def items_source(args, also: str | None = None):
+    """The selected items (loaded), or None when --items was not given (a command that can take its items
+    from a store). `also`: a language kept besides --languages (e.g. the lens's pivot, whose items give the
+    counterpart answers)."""
+    from babelprobe.items import load_items
+
+    if args.items is None:
+        return None
+    languages = args.languages
+    if languages and also and also not in languages:
+        languages = [*languages, also]
+    return load_items(args.items, languages=languages, subsets=args.subsets, limit=args.limit, language=args.language)
 
 
 def items_from(args):
@@ -72,7 +94,7 @@ def http_options(args) -> dict:
 
 def load_options(args) -> dict:
     """`load_model` keyword arguments from the model options."""
-    return {"device": args.device, "dtype": args.dtype, "revision": args.revision,
+    return {"device": args.device, "dtype": args.model_dtype, "revision": args.revision,
             "trust_remote_code": args.trust_remote_code}
 
 
@@ -106,19 +128,25 @@ def add_settings_options(parser, cls, title: str | None = None, presets: dict | 
         help_text = field.metadata.get("help", "")
         help_text = f"{help_text} (default {shown})" if shown not in (None, "") else help_text
         common = dict(dest=field.name, default=argparse.SUPPRESS)
-        if isinstance(default, bool):
-            group.add_argument(name, action=argparse.BooleanOptionalAction, help=help_text, **common)
+        if isinstance(default, bool):  # --x (default off) or --x/--no-x (default on)
+            action = argparse.BooleanOptionalAction if default else "store_true"
+            group.add_argument(name, action=action, help=help_text, **common)
         else:
             kind = _flag_type(field, default)
             group.add_argument(name, type=kind, choices=field.metadata.get("choices"),
                                metavar=field.metadata.get("metavar"), help=help_text, **common)
         for alias in field.metadata.get("aliases", ()):
             if isinstance(default, bool):
-                group.add_argument(alias, action="store_true" if not alias.startswith("--no-") else "store_false",
+                group.add_argument(alias, action="store_false" if alias.startswith("--no-") else "store_true",
                                    help=argparse.SUPPRESS, **common)
             else:
                 group.add_argument(alias, type=_flag_type(field, default), choices=field.metadata.get("choices"),
                                    help=argparse.SUPPRESS, **common)
+
+
+def add_alias(parser, alias: str, dest: str, **options) -> None:
+    """A hidden old spelling of an option (accepted, not shown in --help)."""
+    parser.add_argument(alias, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **options)
 
 
 def settings_from(args, cls, presets: dict | None = None, **extra):

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import sys
 
-from babelprobe.cli.common import add_items_options, add_model_options, items_from
+from babelprobe.cli.common import add_items_options, add_model_options, add_settings_options, items_from
 from babelprobe.errors import BabelprobeError
-from babelprobe.extract.backends import BACKENDS
-from babelprobe.extract.store import COMPRESSIONS, DTYPES, open_store, verify_store
+from babelprobe.extract.settings import ExtractSettings
+
+COMPRESSIONS = ("none", "lzf", "gzip")  # = store.COMPRESSIONS (tested)
 
 
 def register(sub) -> None:
@@ -24,23 +25,12 @@ def register(sub) -> None:
         description="Run the items through the model once and store, for every requested layer (0 = embeddings, "
         "i = output of block i before the final norm), the last-token and/or mean-pooled hidden state in "
         "crash-safe HDF5 shards. Running the same command again resumes an interrupted run.")
-    add_model_options(parser, dtype_option="--model-dtype")
+    add_model_options(parser, dtype_alias=False)
     add_placement_options(parser, replicas=True, remote=True)
     add_items_options(parser)
-    group = parser.add_argument_group("extraction")
-    group.add_argument("--out", required=True, metavar="DIR", help="store directory (created if missing)")
-    group.add_argument("--backend", choices=BACKENDS, default="hf",
-                       help="hf (own hooks, fastest), transformer_lens (TransformerBridge) or nnsight; "
-                       "all store the same values")
-    group.add_argument("--pool", choices=("last", "mean", "both"), default="last",
-                       help="last token, masked mean over the text's tokens (BOS excluded), or both (default last)")
-    group.add_argument("--layers", default="all", metavar="SPEC",
-                       help="all (default), a range 0-18, a list 0,6,12, or a mix 0-4,12")
-    group.add_argument("--dtype", dest="store_dtype", choices=DTYPES, default="float32",
-                       help="dtype on disk (default float32; bfloat16 is stored as raw 16 bits)")
-    group.add_argument("--on-overflow", choices=("error", "bfloat16", "float32"), default="error",
-                       help="when a shard's values exceed float16's range: stop with an error naming the layer "
-                       "(default), or store that shard as bfloat16 / float32")
+    parser.add_argument("--out", required=True, metavar="DIR", help="store directory (created if missing)")
+    add_settings_options(parser, ExtractSettings, "extraction settings (recorded in the store's manifest)")
+    group = parser.add_argument_group("running (does not change the stored values)")
     group.add_argument("--shard-size", type=int, metavar="N",
                        help="items per shard (default: at most 256 MiB of float32 per pooling and 2048 items)")
     group.add_argument("--batch-tokens", type=int, default=8192, metavar="N",
@@ -48,8 +38,6 @@ def register(sub) -> None:
     group.add_argument("--compression", choices=COMPRESSIONS, default="none", help="HDF5 compression (default none)")
     group.add_argument("--padding-side", choices=("right", "left"), default="right",
                        help="padding side (results do not depend on it)")
-    group.add_argument("--truncate", action="store_true",
-                       help="keep the first tokens of a text longer than the context instead of stopping")
     group.add_argument("--overwrite", action="store_true",
                        help="replace a store made with another model or other settings")
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,7 +47,7 @@ def register(sub) -> None:
         "verify", help="check an activation store (checksums, shapes, NaN/inf, manifest)",
         description="Recompute every shard's checksums and check shapes, dtypes, keys, finite values and the "
         "manifest. Exit 0 with a one-line summary if the store is sound, 1 naming each problem otherwise.")
-    check.add_argument("store", metavar="DIR", help="store directory")
+    check.add_argument("acts", metavar="DIR", help="store directory")
     check.set_defaults(func=run_verify)
 
 
@@ -107,11 +95,11 @@ def placed_model(args, local_device: str | None = None):
     from babelprobe.models import load_model, load_remote_model, parse_max_memory
 
     if getattr(args, "remote", False):
-        if getattr(args, "backend", "nnsight") != "nnsight":
+        if getattr(args, "backend", "hf") != "nnsight":
             raise BabelprobeError("--remote runs the forward passes through nnsight: add --backend nnsight")
         if args.device_map or args.device:
             raise BabelprobeError("--remote runs the model on NDIF: leave out --device and --device-map")
-        return load_remote_model(args.model, revision=args.revision, dtype=args.dtype)
+        return load_remote_model(args.model, revision=args.revision, dtype=args.model_dtype)
     device_map = device_map_arg(args.device_map)
     max_memory = parse_max_memory(args.max_memory)
     per_replica = getattr(args, "gpus_per_replica", None)
@@ -122,45 +110,58 @@ def placed_model(args, local_device: str | None = None):
     if device_map is not None and torch.cuda.is_available() and (per_replica or env_world()[1] > 1):
         max_memory = replica_max_memory(replica_gpus(per_replica or 1), max_memory)
     device = args.device or (None if device_map is not None else local_device)
-    return load_model(args.model, device=device, dtype=args.dtype, revision=args.revision,
+    return load_model(args.model, device=device, dtype=args.model_dtype, revision=args.revision,
                       trust_remote_code=args.trust_remote_code, device_map=device_map, max_memory=max_memory,
                       offload_folder=args.offload_folder)
 
 
 def run_extract(args) -> int:
-    from babelprobe.extract.distributed import local_device
-    from babelprobe.extract.run import extract
+    from babelprobe.cli.common import settings_from
+    from babelprobe.extract.distributed import env_world, local_device
+    from babelprobe.extract.layers import check_spec
+    from babelprobe.extract.run import check_extract, extract
 
+    settings = settings_from(args, ExtractSettings)  # every check that needs no model, before loading one
+    check_spec(settings.layers)
     if args.shard_size is not None and args.shard_size < 1:
         raise BabelprobeError(f"--shard-size must be at least 1, got {args.shard_size}")
+    if args.batch_tokens < 1:
+        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    _check_out_dir(args.out)
     items = items_from(args)
     lm = placed_model(args, local_device())
+    check_extract(lm, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,
               "language": args.language}
-    report = extract(lm, items, args.out, layers=args.layers, pool=args.pool, backend=args.backend,
-                     dtype=args.store_dtype, on_overflow=args.on_overflow, shard_size=args.shard_size,
-                     batch_tokens=args.batch_tokens, compression=args.compression, padding_side=args.padding_side,
-                     truncate=args.truncate, overwrite=args.overwrite, progress=not args.no_progress,
-                     source=source, remote=args.remote or None,
+    report = extract(lm, items, args.out, settings, shard_size=args.shard_size, batch_tokens=args.batch_tokens,
+                     compression=args.compression, padding_side=args.padding_side, overwrite=args.overwrite,
+                     progress=not args.no_progress, source=source, remote=args.remote or None,
                      provenance={"model": {"spec": args.model, "revision": args.revision},
-                                                "options": {k: v for k, v in vars(args).items() if k != "func"}})
-    from babelprobe.extract.distributed import env_world
-
+                                 "options": {k: v for k, v in vars(args).items() if k != "func"}})
     if env_world()[0] == 0:
         print(report.summary())
     return 0
 
 
+def _check_out_dir(out) -> None:
+    from pathlib import Path
+
+    if Path(out).exists() and not Path(out).is_dir():
+        raise BabelprobeError(f"--out {out} exists and is not a directory")
+
+
 def run_verify(args) -> int:
-    problems = verify_store(args.store)
+    from babelprobe.extract.store import open_store, verify_store
+
+    problems = verify_store(args.acts)
     if problems:
         for problem in problems:
-            print(f"babelprobe: verify: {args.store}: {problem}", file=sys.stderr)
-        print(f"babelprobe: verify: {len(problems)} problem(s) in {args.store}", file=sys.stderr)
+            print(f"babelprobe: verify: {args.acts}: {problem}", file=sys.stderr)
+        print(f"babelprobe: verify: {len(problems)} problem(s) in {args.acts}", file=sys.stderr)
         return 1
-    with open_store(args.store) as store:
+    with open_store(args.acts) as store:
         layers = store.layers
-        print(f"OK {args.store}: {len(store)} items, layers {layers[0]}..{layers[-1]} ({len(layers)}), "
+        print(f"OK {args.acts}: {len(store)} items, layers {layers[0]}..{layers[-1]} ({len(layers)}), "
               f"d_model {store.d_model}, {'+'.join(store.pools)}, {store.dtype}, "
               f"{len(store.manifest['shards'])} shards, checksums match, all values finite")
     return 0

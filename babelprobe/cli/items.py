@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from babelprobe.bundled import BUNDLED
 from babelprobe.cli.common import add_items_options, items_from
-from babelprobe.items import load_items
 
 
 def register(sub) -> None:
@@ -15,12 +14,13 @@ def register(sub) -> None:
     show.add_argument("source", metavar="NAME|PATH",
                       help="bundled set, item file or directory (released COMPS/XCOMPS layouts too), or hf:ORG/NAME")
     show.add_argument("--rows", type=int, default=8, help="number of rows to print (default 8)")
-    add_items_options(show)
+    add_items_options(show, items=False)
     show.set_defaults(func=run_show)
 
 
 def run_list(args) -> int:
     from babelprobe.benchmarks.base import benchmark
+    from babelprobe.items import load_items
 
     rows = [("name", "used by", "records", "languages", "description")]
     for name, bundled in BUNDLED.items():

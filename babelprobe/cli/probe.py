@@ -17,11 +17,13 @@ sentences of a pair in one fold (--fold-scheme grouped).
 
 from __future__ import annotations
 
-from babelprobe.cli.common import comma_list
 from babelprobe.errors import BabelprobeError
 
 
 def register(sub) -> None:
+    from babelprobe.cli.common import add_settings_options
+    from babelprobe.probes.settings import ProbeSettings
+
     parser = sub.add_parser(
         "probe", help="train cross-validated logistic probes on every layer (the 'neuro' method)",
         description="Train a logistic probe (acceptable vs unacceptable) for every layer and group of an "
@@ -30,83 +32,60 @@ def register(sub) -> None:
         "NAME.transfer.EXT (with --transfer), NAME.probes.h5 (the all-items probe weights), NAME.settings.json.")
     parser.add_argument("--acts", required=True, metavar="DIR", help="activation store (from `babelprobe extract`)")
     parser.add_argument("--out", required=True, metavar="FILE", help="per-layer table (.csv or .parquet)")
-    parser.add_argument("--by", type=comma_list, default=["language", "subset"], metavar="LIST",
-                        help="key columns that define the groups (default language,subset)")
-    parser.add_argument("--layers", default="all", metavar="LIST", help="all (default), or e.g. 0,6,12-18")
-    parser.add_argument("--pool", default="last", choices=("last", "mean"), help="pooling to read (default last)")
-    cv = parser.add_argument_group("cross-validation")
-    cv.add_argument("--protocol", choices=("default", "paper"), default="default",
-                    help="paper: XCOMPS's protocol (stratified 5-fold, F1 over folds, max over layers); "
-                    "recorded in NAME.settings.json")
-    cv.add_argument("--folds", type=int, default=None, metavar="K", help="number of folds (default 5)")
-    cv.add_argument("--fold-scheme", choices=("grouped", "plain"), default=None,
-                    help="grouped: stratified, pairs kept together (default); plain: XCOMPS's stratified k-fold "
-                    "(--protocol paper)")
-    cv.add_argument("--seed", type=int, default=0, help="seed of folds, controls and bootstrap (default 0)")
-    cv.add_argument("--n-boot", type=int, default=1000, metavar="N",
-                    help="bootstrap replicates over pairs for intervals (default 1000; 0 for none)")
-    solver = parser.add_argument_group("solver")
-    solver.add_argument("--solver", choices=("torch", "newton", "lbfgs", "sklearn"), default="torch",
-                        help="torch: batched, all layers and folds of a group at once, exact Newton for small "
-                        "groups and L-BFGS for large ones (default); newton, lbfgs: that one; sklearn: reference")
-    solver.add_argument("--C", default="1.0", metavar="C",
-                        help="inverse regularisation (scikit-learn's C; default 1.0); a list like 0.01,0.1,1 "
-                        "chooses C per fold and layer by inner cross-validation")
-    solver.add_argument("--inner-folds", type=int, default=3, metavar="K", help="inner folds for a C list (default 3)")
-    solver.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
-    solver.add_argument("--dtype", choices=("float32", "float64"),
-                        help="torch dtype of the solver (default float32, scores within ~3e-4 of float64's; "
-                        "float64 for the exact optimum)")
-    solver.add_argument("--jobs", type=int, default=None, metavar="N",
-                        help="processes for the sklearn solver (default 1; -1: all cores)")
-    solver.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads of the torch solver: it solves this many groups at once, one thread "
-                        "each (default: torch's thread count)")
-    solver.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
-                        help="working memory of the solver, shared by the groups solved at once (layers are chunked "
-                        "to fit; default 2; at least one layer of one group's activations)")
-    controls = parser.add_argument_group("controls")
-    controls.add_argument("--control", default="none", metavar="NAME",
-                          help="none (default), shuffle, hewitt, or all; the majority baseline is always reported")
-    controls.add_argument("--items", metavar="NAME|PATH",
-                          help="items the store was made from, for hewitt's concepts (default: the source in "
-                          "the store's manifest)")
-    parser.add_argument("--transfer", action="store_true",
-                        help="also train on each language and test on every other (same subset)")
+    parser.add_argument("--items", metavar="NAME|PATH",
+                        help="items the store was made from, for hewitt's concepts (default: the source in the "
+                        "store's manifest)")
+    add_settings_options(parser, ProbeSettings, "probe settings (recorded in NAME.settings.json)")
+    add_solver_options(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
 
-def run(args) -> int:
-    from babelprobe.analysis.xcomps import DESCRIPTIONS, protocol_settings
-    from babelprobe.extract import open_store
-    from babelprobe.items import load_items
-    from babelprobe.probes.crosslingual import at_peaks, transfer_matrix
-    from babelprobe.probes.run import ProbeResult, sweep
-    from babelprobe.tables import check_output
+def add_solver_options(parser) -> None:
+    """Options of the solver that change its speed, not its numbers."""
+    group = parser.add_argument_group("solver speed (does not change the numbers)")
+    group.add_argument("--device", help="torch device: cpu, cuda, cuda:N (default: cuda if available)")
+    group.add_argument("--jobs", type=int, default=None, metavar="N",
+                       help="processes for the sklearn solver (default 1; -1: all cores)")
+    group.add_argument("--threads", type=int, default=None, metavar="N",
+                       help="CPU threads of the torch solver: it solves this many groups at once, one thread each "
+                       "(default: torch's thread count)")
+    group.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
+                       help="working memory of the solver, shared by the groups solved at once (layers are chunked "
+                       "to fit; default 2; at least one layer of one group's activations)")
 
-    out = check_output(args.out, (".csv", ".parquet"))  # before the work, not after it
-    chosen = protocol_settings(args.protocol, folds=args.folds, fold_scheme=args.fold_scheme)
-    if chosen["folds"] < 2:
-        raise BabelprobeError(f"--folds must be at least 2, got {chosen['folds']}")
+
+def solver_options(args) -> dict:
+    """The speed options as `bp.probe` keyword arguments (checked first; --threads sets torch's threads)."""
+    if args.threads is not None and args.threads < 1:
+        raise BabelprobeError(f"--threads must be at least 1, got {args.threads}")
+    if args.memory_gb <= 0:
+        raise BabelprobeError(f"--memory-gb must be positive, got {args.memory_gb}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise BabelprobeError(f"--threads must be at least 1, got {args.threads}")
         import torch
 
         torch.set_num_threads(args.threads)
+    return {"device": args.device, "n_jobs": args.jobs, "memory_gb": args.memory_gb}
+
+
+def run(args) -> int:
+    from babelprobe.cli.common import settings_from
+    from babelprobe.extract import open_store
+    from babelprobe.items import load_items
+    from babelprobe.probes.crosslingual import at_peaks, transfer_matrix
+    from babelprobe.probes.run import probe
+    from babelprobe.probes.settings import ProbeSettings
+    from babelprobe.tables import check_output
+
+    settings = settings_from(args, ProbeSettings)  # bad settings stop here, before any work
+    out = check_output(args.out, (".csv", ".parquet"))
+    speed = solver_options(args)
     items = load_items(args.items) if args.items else None
     store = open_store(args.acts)
-    store.check([args.pool])  # a changed or NaN shard stops here, not as a silently wrong probe
-    result: ProbeResult = sweep(
-        store, by=tuple(args.by), layers=args.layers, folds=chosen["folds"], pool=args.pool,
-        fold_scheme=chosen["fold_scheme"], seed=args.seed, solver=args.solver, C=args.C, inner_folds=args.inner_folds,
-        controls=args.control, items=items, transfer=args.transfer, n_boot=args.n_boot, device=args.device,
-        dtype=args.dtype, n_jobs=args.jobs, memory_gb=args.memory_gb,
-        progress=not args.no_progress)
-    result.settings["protocol"] = args.protocol
+    store.check([settings.pool])  # a changed or NaN shard stops here, not as a silently wrong probe
+    result = probe(store, settings, items=items, progress=not args.no_progress, **speed)
     paths = result.write(out)
-    print(f"protocol {args.protocol}: {DESCRIPTIONS[args.protocol]}")
+    print(f"protocol {settings.protocol}: {settings.description}")
     print(format_peaks(result))
     if result.transfer is not None and (result.transfer["kind"] == "transfer").any():
         print("\ntransfer F1 (mean over subsets; diagonal: cross-validated in-language F1):")

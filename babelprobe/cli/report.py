@@ -1,7 +1,7 @@
 """`babelprobe report`: every figure and a short report.md from a compare or probe results directory.
 
     babelprobe report --results results/demo --out results/demo/figures
-    babelprobe report --results results/sweep --transfer results/sweep/neuro.transfer.csv --x relative_depth
+    babelprobe report --results results/sweep --transfer-table results/sweep/neuro.transfer.csv --x relative_depth
     babelprobe report --results cmp-base --other cmp-instruct --protocol paper    # + XCOMPS Figs. 9 and 13
 
 Writes NAME.pdf (vector) and NAME.png (300 dpi) for each figure whose input is there (the others are
@@ -25,7 +25,8 @@ def register(sub) -> None:
     parser.add_argument("--results", required=True, metavar="DIR",
                         help="a `babelprobe compare` output directory, or one holding a probe's neuro.csv")
     parser.add_argument("--out", metavar="DIR", help="where to write figures and report.md (default RESULTS/figures)")
-    parser.add_argument("--transfer", metavar="FILE",
+    parser.add_argument("--transfer", dest="transfer_table", help=argparse.SUPPRESS)  # the old spelling
+    parser.add_argument("--transfer-table", metavar="FILE",
                         help="transfer table (NAME.transfer.csv from `probe --transfer`); default: the probe's own, "
                         "else the one in a subdirectory of RESULTS")
     parser.add_argument("--x", choices=("layer", "relative_depth"), default="layer",
@@ -49,7 +50,7 @@ def run(args) -> int:
     if args.n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {args.n_boot}")
     out = Path(args.out) if args.out else Path(args.results) / "figures"
-    report = write_report(args.results, out, transfer=args.transfer, x=args.x, n_boot=args.n_boot, seed=args.seed,
+    report = write_report(args.results, out, transfer=args.transfer_table, x=args.x, n_boot=args.n_boot, seed=args.seed,
                           other=args.other, protocol=args.protocol)
     for name, paths in report.figures.items():
         print(f"  {name}: {', '.join(p.name for p in paths)}")

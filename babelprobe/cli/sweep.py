@@ -11,8 +11,9 @@ resumable jobs, run here one after another or submitted to SLURM as job arrays (
 
 from __future__ import annotations
 
-from babelprobe.cli.common import comma_list
+from babelprobe.cli.common import MODEL_DTYPES, add_settings_options, comma_list
 from babelprobe.errors import BabelprobeError
+from babelprobe.jobs import SweepSettings
 
 
 def register(sub) -> None:
@@ -33,26 +34,14 @@ def register(sub) -> None:
     what.add_argument("--subsets", type=comma_list, metavar="LIST", help="comma-separated subsets to keep")
     what.add_argument("--limit", type=int, metavar="N", help="at most N pairs per language × subset")
     what.add_argument("--out", required=True, metavar="DIR", help="sweep directory")
-    extraction = parser.add_argument_group("extraction")
-    extraction.add_argument("--backend", choices=("hf", "transformer_lens", "nnsight"), default="hf")
-    extraction.add_argument("--pool", choices=("last", "mean"), default="last",
-                            help="pooling stored and probed (default last)")
-    extraction.add_argument("--layers", default="all", metavar="SPEC", help="layers to store and probe")
-    extraction.add_argument("--batch-tokens", type=int, default=8192, metavar="N")
-    extraction.add_argument("--shard-size", type=int, metavar="N", help="items per shard (default: automatic)")
-    extraction.add_argument("--device", help="cuda, mps or cpu (default: the first available)")
-    extraction.add_argument("--model-dtype", help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
-    extraction.add_argument("--device-map", metavar="MAP", help="load each model across devices (auto, ...)")
-    extraction.add_argument("--max-memory", metavar="LIST", help="memory per device for --device-map")
-    probing = parser.add_argument_group("probes")
-    probing.add_argument("--by", type=comma_list, default=["language", "subset"], metavar="LIST",
-                         help="key columns that define the probe groups (default language,subset)")
-    probing.add_argument("--groups-per-job", type=int, default=8, metavar="N",
-                         help="probe groups per job (default 8)")
-    probing.add_argument("--folds", type=int, default=5, metavar="K")
-    probing.add_argument("--seed", type=int, default=0)
-    probing.add_argument("--n-boot", type=int, default=1000, metavar="N")
-    probing.add_argument("--control", default="none", metavar="NAME", help="none, shuffle, hewitt or all")
+    add_settings_options(parser, SweepSettings, "extraction and probe settings (recorded in sweep.json)")
+    placement = parser.add_argument_group("model placement and batching")
+    placement.add_argument("--device", help="cuda, mps or cpu (default: the first available)")
+    placement.add_argument("--model-dtype", choices=MODEL_DTYPES, help="the models' dtype (default: bf16 on GPU, fp32 on CPU)")
+    placement.add_argument("--device-map", metavar="MAP", help="load each model across devices (auto, ...)")
+    placement.add_argument("--max-memory", metavar="LIST", help="memory per device for --device-map")
+    placement.add_argument("--batch-tokens", type=int, default=8192, metavar="N")
+    placement.add_argument("--shard-size", type=int, metavar="N", help="items per shard (default: automatic)")
     run = parser.add_argument_group("running")
     run.add_argument("--executor", choices=("local", "slurm"), default="local",
                      help="local: here, one job after another (default); slurm: job arrays through submitit "
@@ -69,31 +58,25 @@ def register(sub) -> None:
 
 
 def run_sweep_command(args) -> int:
-    from babelprobe.jobs import is_done, plan, run_sweep
-    from babelprobe.runs import open_run
+    from babelprobe.cli.common import settings_from
+    from babelprobe.jobs import sweep
 
-    if args.limit is not None and args.limit < 1:
-        raise BabelprobeError(f"--limit must be at least 1, got {args.limit}")
-    extract_options = {"backend": args.backend, "pool": args.pool, "layers": args.layers,
-                       "batch_tokens": args.batch_tokens, "shard_size": args.shard_size, "device": args.device, "model_dtype": args.model_dtype,
-                       "device_map": args.device_map, "max_memory": args.max_memory}
-    probe_options = {"pool": args.pool, "layers": args.layers, "folds": args.folds, "seed": args.seed,
-                     "n_boot": args.n_boot, "controls": args.control}
-    jobs = plan(args.models, args.items, args.languages or [], args.out, by=tuple(args.by),
-                groups_per_job=args.groups_per_job, limit=args.limit, subsets=args.subsets,
-                extract_options=extract_options, probe_options=probe_options)
-    if args.dry_run:
-        for job in jobs:
-            print(f"{'done' if is_done(job) else 'todo'}  {job.id}")
-        return 0
-    identity = {"sweep": {"models": args.models, "items": args.items, "slices": args.languages,
-                          "subsets": args.subsets, "limit": args.limit, "by": args.by,
-                          "groups_per_job": args.groups_per_job, "extract": extract_options, "probe": probe_options}}
-    open_run(args.out, identity, manifest="sweep.json", overwrite=args.overwrite, what="a sweep",
-             outputs=(".jobs", "summary.csv", *dict.fromkeys(job.cell.split("/")[0] for job in jobs)))
+    settings = settings_from(args, SweepSettings)
+    if args.batch_tokens < 1:
+        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    if args.shard_size is not None and args.shard_size < 1:
+        raise BabelprobeError(f"--shard-size must be at least 1, got {args.shard_size}")
+    placement = {"batch_tokens": args.batch_tokens, "shard_size": args.shard_size, "device": args.device,
+                 "model_dtype": args.model_dtype, "device_map": args.device_map, "max_memory": args.max_memory}
     slurm = {"timeout_min": args.slurm_time, "gpus_per_node": args.slurm_gpus, "cpus_per_task": args.slurm_cpus,
              "mem_gb": args.slurm_mem, **({"slurm_partition": args.slurm_partition} if args.slurm_partition else {})}
-    report = run_sweep(jobs, args.executor, slurm=slurm, wait=args.wait)
+    report = sweep(args.models, args.items, args.out, settings, slices=args.languages, subsets=args.subsets,
+                   limit=args.limit, executor=args.executor, slurm=slurm, wait=args.wait, dry_run=args.dry_run,
+                   placement=placement, overwrite=args.overwrite)
+    if args.dry_run:
+        for job_id, done in report.planned:
+            print(f"{'done' if done else 'todo'}  {job_id}")
+        return 0
     for job_id, scheduler_id in report.submitted:
         print(f"submitted {job_id} as {scheduler_id}")
     print(report.describe())

@@ -13,12 +13,12 @@ Modules: `capture` (pooling inside the forward pass), `backends` (hf, transforme
 processes, one store; replicas of a model dispatched over several GPUs).
 """
 
-from babelprobe.extract.backends import BACKENDS
-from babelprobe.extract.layers import parse_layers
-from babelprobe.extract.run import ExtractReport, extract
-from babelprobe.extract.store import Store, open_store, verify_store, write_store
+from babelprobe.lazy import lazy_exports
 
-extract_activations = extract  # the name under `import babelprobe` (there `extract` is this subpackage)
-
-__all__ = ["BACKENDS", "ExtractReport", "Store", "extract", "extract_activations", "open_store", "parse_layers",
-           "verify_store", "write_store"]
+# imported when first used (`extract.settings` and `extract.layers` stay light);
+# `extract_activations` is the name under `import babelprobe` (there `extract` is this subpackage)
+_EXPORTS = {"BACKENDS": "backends", "parse_layers": "layers", "ExtractReport": "run", "extract": "run",
+            "extract_activations": "run:extract", "ExtractSettings": "settings", "Store": "store",
+            "open_store": "store", "verify_store": "store", "write_store": "store"}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

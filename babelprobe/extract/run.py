@@ -34,8 +34,10 @@ from babelprobe.extract.background import BackgroundWriter
 from babelprobe.extract.capture import Pooler
 from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
+from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
 from babelprobe.models import LoadedModel, length_batches, pad_batch
+from babelprobe.settings import settings_record
 
 MEAN_POOLING = "masked mean over the text's tokens, BOS excluded (BOS alone if the text is only BOS)"
 LAST_POOLING = "state at the text's last token"
@@ -133,21 +135,19 @@ def shard_batches(lengths: list[int], batch_tokens: int, min_fill: float = MIN_F
 
 # ------------------------------------------------------------------------------------------ run
 
-def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, *, layers=None, pool="last",
-            backend: str = "hf", dtype: str = "float32", on_overflow: str = "error",
+def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, settings: ExtractSettings | None = None, *,
             shard_size: int | None = None, batch_tokens: int = 8192, compression: str = "none",
-            padding_side: str = "right", truncate: bool = False, overwrite: bool = False,
-            progress: bool = True, source: dict | None = None, provenance: dict | None = None,
-            remote: bool | str | None = None) -> ExtractReport:
+            padding_side: str = "right", overwrite: bool = False, progress: bool = True, source: dict | None = None,
+            provenance: dict | None = None, remote: bool | str | None = None, **values) -> ExtractReport:
     """Extract pooled activations of `items` (text column) into the store at `out`.
 
     Parameters
     ----------
-    layers : 'all' (default), '0-18', '0,6,12' or a list (0 = embeddings, i = output of block i).
-    pool : 'last', 'mean' or 'both'.
-    backend : 'hf', 'transformer_lens' or 'nnsight' (all store the same values).
-    dtype : float32, float16 or bfloat16 on disk; `on_overflow` ('error', 'bfloat16', 'float32') says
-        what to do with a shard whose values exceed float16's range.
+    settings : an `ExtractSettings`, or its fields as keyword arguments (`values`): `layers` ('all'
+        (default), '0-18', '0,6,12' or a list; 0 = embeddings, i = output of block i), `pool` ('last',
+        'mean' or 'both'), `dtype` (float32, float16 or bfloat16 on disk) with `on_overflow` ('error',
+        'bfloat16', 'float32': what to do with a shard whose values exceed float16's range), `backend`
+        ('hf', 'transformer_lens' or 'nnsight'; all store the same values), `truncate`.
     shard_size : items per shard (default: at most 256 MiB of float32 per pooling and 2048 items).
     batch_tokens : token budget per batch (batch size × longest text).
     remote : nnsight backend only: True runs each batch's trace on NDIF (a model from `load_remote_model`;
@@ -157,31 +157,47 @@ def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, *, layers=Non
         recorded in the manifest so later stages can find them.
     Returns an `ExtractReport`; read the store with `open_store(out)`.
     """
+    if settings is None:
+        settings = ExtractSettings(**values)
+    elif values:
+        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    check_extract(lm, settings, batch_tokens=batch_tokens, shard_size=shard_size, padding_side=padding_side)
     if items is None or len(items) == 0:
         raise BabelprobeError("nothing to extract: the item set is empty")
     from babelprobe.items import validate
 
     items = validate(items.copy(), "items given to extract")  # schema, unique ids, non-empty texts
-    if batch_tokens < 1:
-        raise BabelprobeError(f"--batch-tokens must be positive, got {batch_tokens}")
-    if padding_side not in ("right", "left"):
-        raise BabelprobeError(f"padding side must be right or left, got {padding_side!r}")
-    layers, pools = parse_layers(layers, lm.n_layers), parse_pools(pool)
-    encodings = lm.encode(items["text"].tolist(), names=items["item_id"].tolist(), truncate=truncate)
+    layers, pools = parse_layers(settings.layers, lm.n_layers), parse_pools(settings.pool)
+    backend = settings.backend
+    encodings = lm.encode(items["text"].tolist(), names=items["item_id"].tolist(), truncate=settings.truncate)
     keys = items[["item_id", "pair_id", "language", "subset", "label"]].copy()
     keys["n_tokens"] = np.array([len(e.ids) for e in encodings], dtype=np.int32)
     if remote is None:
         remote = bool(lm.remote)
     if remote and backend != "nnsight":
         raise BabelprobeError(f"a remote model runs only with --backend nnsight, not {backend!r}")
-    writer = _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression,
-                     truncate, source, provenance, batch_tokens, padding_side, remote)
+    provenance = {**(provenance or {}), "extract_settings": settings_record(settings)}
+    writer = _writer(lm, items, out, layers, pools, backend, settings.dtype, settings.on_overflow, shard_size,
+                     compression, settings.truncate, source, provenance, batch_tokens, padding_side, remote)
     world = join_world(lm.device)
     try:
         return _run(lm, world, writer, encodings, keys, backend, layers, batch_tokens, padding_side,
                     overwrite, progress, remote)
     finally:
         world.close()
+
+
+def check_extract(lm, settings: ExtractSettings, *, batch_tokens: int = 8192, shard_size: int | None = None,
+                  padding_side: str = "right") -> None:
+    """The checks an extraction can make before any work: the runtime options, and the layers against the
+    model (`lm`: a `LoadedModel`, or its number of blocks L)."""
+    if batch_tokens < 1:
+        raise BabelprobeError(f"--batch-tokens must be positive, got {batch_tokens}")
+    if shard_size is not None and shard_size < 1:
+        raise BabelprobeError(f"--shard-size must be at least 1, got {shard_size}")
+    if padding_side not in ("right", "left"):
+        raise BabelprobeError(f"padding side must be right or left, got {padding_side!r}")
+    parse_layers(settings.layers, lm if isinstance(lm, int) else lm.n_layers)
 
 
 def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression, truncate,

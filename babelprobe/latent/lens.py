@@ -185,7 +185,10 @@ def _chunk(lm, hidden, answers, own_scripts, vocab, top_k) -> pd.DataFrame:
 
 def last_layer_check(lm: LoadedModel, store, texts: list[str], n: int = 4) -> float:
     """The largest relative difference |lens − model| / max|model| between the lens at the last layer
-    (from the store's first `n` rows) and the model's own forward pass on the same texts."""
+    (from the store's first `n` rows) and the model's own forward pass on the same texts (NaN when the
+    store does not hold the last layer)."""
+    if store.n_layers not in store.layers:
+        return float("nan")
     n = min(n, len(texts))
     lens = lens_logits(lm, torch.from_numpy(store.read(store.n_layers, rows=np.arange(n))))
     worst = 0.0

@@ -12,20 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from babelprobe.errors import BabelprobeError
+from babelprobe.runs import LAYOUTS
 from babelprobe.tables import read_table
-
-FILES = ("items.csv", "summary.csv", "layers.csv")
 
 
 def check_compare_dir(compare_dir: str | Path) -> Path:
-    """The directory, or a one-line error naming the first of items/summary/layers.csv it lacks."""
-    compare_dir = Path(compare_dir)
-    for name in FILES:
-        if not (compare_dir / name).exists():
-            raise BabelprobeError(f"{compare_dir} is not a finished compare directory (no {name}); run "
-                                  "`babelprobe compare` into it first")
-    return compare_dir
+    """The directory, or the one-line error of `runs.LAYOUTS["compare"]` naming the first file it lacks."""
+    return LAYOUTS["compare"].check(compare_dir, "--compare")
 
 
 def language_accuracy(compare_dir: str | Path) -> pd.DataFrame:

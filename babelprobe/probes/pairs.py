@@ -17,14 +17,10 @@ bootstrap interval of the peak position (in `result.peaks`) says how firmly it i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
-
-if TYPE_CHECKING:
-    from babelprobe.probes.run import ProbeResult
+from babelprobe.extract.layers import PEAK, layer_choice
 
 
 def pair_scores(oof: pd.DataFrame, layer: int | list[int] | None = None,
@@ -71,25 +67,24 @@ def pair_scores(oof: pd.DataFrame, layer: int | list[int] | None = None,
     return pairs.sort_values(["language", "subset", "layer", "pair_id"], ignore_index=True)
 
 
-def chosen_layers(result: ProbeResult, layer: int | str = "peak") -> pd.DataFrame:
-    """language, subset, layer: the layer used for each group."""
+def chosen_layers(result, layer: int | str = PEAK) -> pd.DataFrame:
+    """language, subset, layer: the layer used for each group of `result` (a `ProbeResult`): its peak
+    layer (`peak`) or one probed layer (`--layers N`)."""
     groups = result.peaks[["language", "subset"]].copy()
-    if layer in ("peak", "max"):
+    available = sorted(int(x) for x in result.table["layer"].unique())
+    chosen = layer_choice(str(layer), available, stored=True)
+    if chosen == PEAK:
         groups["layer"] = result.peaks["peak_layer"].to_numpy()
         return groups
-    try:
-        layer = int(layer)
-    except (TypeError, ValueError) as err:
-        raise BabelprobeError(f"--layer must be 'peak' or a layer number, got {layer!r}") from err
-    available = sorted(result.table["layer"].unique())
-    if layer not in available:
-        raise BabelprobeError(f"layer {layer} was not probed; probed layers: {available[0]}..{available[-1]}")
-    groups["layer"] = layer
+    if len(chosen) != 1:
+        raise BabelprobeError(f"--layers {layer!r}: the per-pair view takes one layer or 'peak'")
+    groups["layer"] = chosen[0]
     return groups
 
 
-def neuro_pairs(result: ProbeResult, layer: int | str = "peak", items: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per pair: method "neuro", score_good/score_bad (out-of-fold probe scores), correct, layer."""
+def neuro_pairs(result, layer: int | str = PEAK, items: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per pair of `result` (a `ProbeResult`): method "neuro", score_good/score_bad (out-of-fold probe
+    scores), correct, layer."""
     chosen = chosen_layers(result, layer)
     pairs = result.pair_scores(sorted(chosen["layer"].unique()), items)
     pairs = pairs.merge(chosen, on=["language", "subset", "layer"])

@@ -1,8 +1,8 @@
-"""The probe sweep: cross-validated logistic probes for every layer of every group (language × subset by
+"""The probe sweep (`babelprobe probe`, `bp.probe`): cross-validated logistic probes for every layer of every group (language × subset by
 default), read group by group from an activation store — the XCOMPS "neuro" method.
 
     import babelprobe as bp
-    result = bp.sweep("acts/", by=("language", "subset"), folds=5, controls="all", items=items)
+    result = bp.probe("acts/", by=("language", "subset"), folds=5, controls="all", items=items)
     result.table        # one row per group × layer: f1_mean, f1_std, f1_ci_low/high, accuracy, auc, n, ...
     result.peaks        # one row per group: peak layer, its bootstrap interval, relative depth, 1-SE layer
     result.oof          # one row per item × layer: out-of-fold decision score and fold
@@ -26,10 +26,7 @@ threads inside one solve (one group alone: L-BFGS spreads its layers over the th
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -38,7 +35,6 @@ from tqdm.auto import tqdm
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
 from babelprobe.probes.controls import (
-    CONTROLS,
     concept_labels,
     concepts_for,
     group_rng,
@@ -47,9 +43,10 @@ from babelprobe.probes.controls import (
 )
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
 from babelprobe.probes.metrics import f1_scores, fold_metrics, out_of_fold
-from babelprobe.probes.pairs import pair_scores
 from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, peak_summary
-from babelprobe.probes.solvers import EXACT_MAX, SOLVERS, fit_predict, single_threaded
+from babelprobe.probes.result import ProbeResult
+from babelprobe.probes.settings import ProbeSettings
+from babelprobe.probes.solvers import EXACT_MAX, fit_predict, single_threaded
 from babelprobe.probes.source import (
     as_store,
     group_name,
@@ -60,126 +57,33 @@ from babelprobe.probes.source import (
     usable_keys,
 )
 from babelprobe.probes.weights import Probes
-from babelprobe.tables import atomic_path, write_table
+from babelprobe.settings import settings_for
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
 
 
-@dataclass
-class ProbeResult:
-    """Everything a sweep produced. `table` is the main result (docs/design.md probe table)."""
-
-    table: pd.DataFrame
-    folds: pd.DataFrame
-    oof: pd.DataFrame
-    peaks: pd.DataFrame
-    transfer: pd.DataFrame | None = None
-    settings: dict = field(default_factory=dict)
-    probes: Probes | None = None
-
-    def pair_scores(self, layer: int | list[int] | None = None, items: pd.DataFrame | None = None) -> pd.DataFrame:
-        """One row per pair (and layer): correct when the acceptable sentence scores higher."""
-        return pair_scores(self.oof, layer, items)
-
-    def paths(self, out: str | Path) -> dict[str, Path]:
-        """Where `write(out)` puts each table: the side tables take out's name and extension, except the
-        out-of-fold scores, always Parquet (they have a row per item and layer), and the probe weights,
-        always HDF5."""
-        out = Path(out)
-        stem, ext = out.with_suffix(""), out.suffix
-        paths = {"table": out, "folds": Path(f"{stem}.folds{ext}"), "oof": Path(f"{stem}.oof.parquet"),
-                 "peaks": Path(f"{stem}.peaks{ext}"), "settings": Path(f"{stem}.settings.json")}
-        if self.transfer is not None:
-            paths["transfer"] = Path(f"{stem}.transfer{ext}")
-        if self.probes is not None:
-            paths["probes"] = Path(f"{stem}.probes.h5")
-        return paths
-
-    def write(self, out: str | Path) -> dict[str, Path]:
-        """Write all tables (each atomically: complete or not at all) and the settings; return the paths."""
-        paths = self.paths(out)
-        if paths["table"].suffix not in (".csv", ".parquet"):
-            raise BabelprobeError(f"--out {out}: use a .csv or .parquet file name")
-        if "probes" in paths:
-            self.probes.settings = dict(self.settings)  # as written (e.g. with the protocol recorded after the sweep)
-            self.probes.write(paths["probes"])
-        for name in ("folds", "oof", "peaks", "transfer", "table"):  # the main table last: it marks completion
-            if name in paths:
-                write_table(getattr(self, name), paths[name])
-        with atomic_path(paths["settings"]) as tmp:
-            tmp.write_text(json.dumps(self.settings, indent=1, default=str), encoding="utf-8")
-        return paths
-
-    @classmethod
-    def read(cls, out: str | Path) -> ProbeResult:
-        """Read back what `write(out)` wrote (the main table is written last, so its presence means
-        the set is complete)."""
-        from babelprobe.tables import read_table
-
-        paths = cls(*(pd.DataFrame(),) * 4).paths(out)
-        transfer = Path(f"{paths['table'].with_suffix('')}.transfer{paths['table'].suffix}")
-        probes = Path(f"{paths['table'].with_suffix('')}.probes.h5")  # absent in results of older versions
-        settings = json.loads(paths["settings"].read_text(encoding="utf-8")) if paths["settings"].exists() else {}
-        return cls(table=read_table(paths["table"]), folds=read_table(paths["folds"]), oof=read_table(paths["oof"]),
-                   peaks=read_table(paths["peaks"]), transfer=read_table(transfer) if transfer.exists() else None,
-                   settings=settings, probes=Probes.read(probes) if probes.exists() else None)
-
-
-def parse_controls(controls) -> tuple[str, ...]:
-    """"none"/None, "all", a name, "shuffle,hewitt" or a list -> tuple of control names."""
-    if controls in (None, "none", ""):
-        return ()
-    if controls == "all":
-        return CONTROLS
-    names = controls.split(",") if isinstance(controls, str) else list(controls)
-    names = [n.strip() for n in names if n.strip() and n.strip() != "none"]
-    unknown = [n for n in names if n not in CONTROLS]
-    if unknown:
-        raise BabelprobeError(f"unknown control {unknown[0]!r}; use none, shuffle, hewitt or all")
-    return tuple(n for n in CONTROLS if n in names)
-
-
-def parse_C(C) -> list[float]:
-    """A number, a list, or "0.01,0.1,1" -> sorted list of positive floats (more than one: nested choice)."""
-    values = C.split(",") if isinstance(C, str) else np.atleast_1d(C).tolist()
-    try:
-        values = sorted({float(v) for v in values})
-    except (TypeError, ValueError) as err:
-        raise BabelprobeError(f"--C: cannot read {C!r}; use a positive number or a list like 0.01,0.1,1") from err
-    if not values or min(values) <= 0 or not np.isfinite(values).all():
-        raise BabelprobeError(f"--C must be positive and finite, got {C!r}")
-    return values
-
-
-def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str = "last",
-          fold_scheme: str = "grouped", seed: int = 0, solver: str = "torch", C=1.0, inner_folds: int = 3,
-          controls="none", items: pd.DataFrame | None = None, transfer: bool = False, n_boot: int = 1000,
-          device=None, dtype=None, max_iter: int | None = None, tol: float | None = None,
+def probe(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame | None = None, device=None,
           n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
-          exact_max: int = EXACT_MAX, progress: bool = False) -> ProbeResult:
-    """Cross-validated probes for every layer of every group of a store.
+          exact_max: int = EXACT_MAX, progress: bool = False, **values) -> ProbeResult:
+    """Cross-validated probes for every layer of every group of a store (`babelprobe probe`).
 
     Parameters
     ----------
     store : activation store directory, an opened store (`open_store`) or an `ArrayStore`.
-    by : key columns that define the groups (default language × subset); () for one group.
-    layers : "all", a list of layer numbers, or a string like "0,6,12-18".
-    folds : number of cross-validation folds (k).
-    pool : "last" or "mean" (must be in the store).
-    fold_scheme : "grouped" (stratified, pairs kept together; default) or "plain" (XCOMPS).
-    seed : seed of fold shuffling, controls and bootstrap (recorded in every table).
-    solver : "torch" (batched, all layers and folds of a group at once: exact Newton for small groups,
-        L-BFGS for large ones, see `babelprobe.probes.solvers`), "newton" or "lbfgs" (that one), or
-        "sklearn" (the reference).
-    C : scikit-learn's inverse regularisation; a list (e.g. [0.01, 0.1, 1]) chooses C per fold and
-        layer by inner cross-validation (`inner_folds`, same scheme) on the training fold's F1.
-    controls : "none", "shuffle", "hewitt", "all" or a list; the majority baseline is always reported.
+    settings : a `ProbeSettings`, or its fields as keyword arguments (`values`): `by` (key columns that
+        define the groups, default language × subset; () for one group), `layers` ("all", a list, or
+        "0,6,12-18"), `folds`, `fold_scheme` ("grouped": stratified, pairs kept together; "plain":
+        XCOMPS), `protocol` ("default" or "paper", which fixes folds and fold scheme), `pool`, `seed`,
+        `solver` ("torch": batched exact Newton for small groups, L-BFGS for large ones, see
+        `babelprobe.probes.solvers`; "newton", "lbfgs"; "sklearn", the reference), `C` (a list chooses C
+        per fold and layer by inner cross-validation, `inner_folds`), `controls` ("none", "shuffle",
+        "hewitt", "all"; the majority baseline is always reported), `transfer` (also train on each
+        language and test on the others, `babelprobe.probes.crosslingual`), `n_boot`, `dtype` (the solver's).
     items : the items the store was made from (`load_items`), for the hewitt control's concepts; by
         default the item source recorded in the store's manifest is used when hewitt is asked for.
-    transfer : also train on each language and test on the others (see `babelprobe.probes.crosslingual`).
-    n_boot : bootstrap replicates over pairs for intervals (0: none).
-    device, dtype, max_iter, tol, n_jobs, memory_gb, exact_max : solver options (see `fit_predict`);
-        n_jobs parallelises the sklearn solver over layers. `memory_gb` is the budget of all groups in flight.
+    device, n_jobs, memory_gb, exact_max : solver options that change speed, not numbers (see
+        `fit_predict`); n_jobs parallelises the sklearn solver over layers. `memory_gb` is the budget of
+        all groups in flight.
     workers : groups solved at the same time, one thread each (torch solver on CPU; default: torch's
         thread count). 1 solves one group at a time with all of torch's threads.
     progress : show a progress bar over groups.
@@ -190,16 +94,16 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
     `peaks` (group), `transfer` (or None), `settings` and `probes` (the all-items probe of every group
     × layer, `Probes`).
     """
+    if settings is None:
+        protocol = values.pop("protocol", None)
+        settings = settings_for(ProbeSettings, protocol, **values)
+    elif values:
+        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
     store = as_store(store)
-    by = tuple(by)
-    if solver not in SOLVERS:
-        raise BabelprobeError(f"unknown solver {solver!r}; use {' or '.join(SOLVERS)}")
-    if n_boot < 0:
-        raise BabelprobeError(f"n_boot must be 0 or more, got {n_boot}")
+    by, pool, Cs, solver = settings.by, settings.pool, list(settings.C), settings.solver
     keys = usable_keys(store, by, pool)
-    layer_list = parse_layers(layers, store.layers, stored=True)
-    Cs = parse_C(C)
-    control_names = parse_controls(controls)
+    layer_list = parse_layers(settings.layers, store.layers, stored=True)
+    control_names = settings.controls
     concepts = None
     if "hewitt" in control_names:
         if items is None and hasattr(store, "load_items"):
@@ -212,10 +116,12 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
     groups = group_rows(keys, by)
     workers = group_workers(workers, solver, device, len(groups))
     share = memory_gb / workers  # the budget is shared by the groups in flight
-    options = dict(n_folds=folds, fold_scheme=fold_scheme, seed=seed, Cs=Cs, inner_folds=inner_folds,
-                   controls=control_names, n_boot=n_boot, n_layers=store.n_layers, memory_gb=share,
-                   fit=dict(solver=solver, device=device, dtype=dtype, max_iter=max_iter, tol=tol, n_jobs=n_jobs,
-                            memory_gb=share, exact_max=exact_max))
+    dtype = settings.dtype
+    options = dict(n_folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed, Cs=Cs,
+                   inner_folds=settings.inner_folds, controls=control_names, n_boot=settings.n_boot,
+                   n_layers=store.n_layers, memory_gb=share,
+                   fit=dict(solver=solver, device=device, dtype=dtype, max_iter=settings.max_iter, tol=settings.tol,
+                            n_jobs=n_jobs, memory_gb=share, exact_max=exact_max))
 
     def one_group(group):
         key, index = group
@@ -229,23 +135,27 @@ def sweep(store, by=STANDARD_GROUP, layers="all", folds: int = 5, *, pool: str =
         return _label_group(result, by, key)
 
     parts = map_groups(one_group, groups, workers, progress)
-    settings = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
-                "fold_scheme": fold_scheme, "folds": folds, "seed": seed, "inner_folds": inner_folds,
-                "controls": list(control_names), "n_boot": n_boot, "by": list(by), "layers": layer_list,
-                "n_layers": store.n_layers, "store": str(getattr(store, "path", "")),
-                "fingerprint": getattr(store, "fingerprint", None), "items_hash": getattr(store, "items_hash", None),
-                "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
-                "exact_max": exact_max, "libraries": _versions()}
-    table = _with_settings(pd.concat([p["table"] for p in parts], ignore_index=True), settings)
+    record = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
+              "fold_scheme": settings.fold_scheme, "folds": settings.folds, "seed": settings.seed,
+              "inner_folds": settings.inner_folds, "controls": list(control_names), "n_boot": settings.n_boot,
+              "by": list(by), "layers": layer_list, "protocol": settings.protocol, "transfer": settings.transfer,
+              "n_layers": store.n_layers, "store": str(getattr(store, "path", "")),
+              "fingerprint": getattr(store, "fingerprint", None), "items_hash": getattr(store, "items_hash", None),
+              "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
+              "exact_max": exact_max, "libraries": _versions()}
+    table = _with_settings(pd.concat([p["table"] for p in parts], ignore_index=True), record)
     out = ProbeResult(table=table,
-                      folds=_with_settings(pd.concat([p["folds"] for p in parts], ignore_index=True), settings),
+                      folds=_with_settings(pd.concat([p["folds"] for p in parts], ignore_index=True), record),
                       oof=pd.concat([p["oof"] for p in parts], ignore_index=True),
-                      peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), settings),
-                      settings=settings, probes=_probes(parts, groups, by, layer_list, settings))
-    if transfer:
+                      peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), record),
+                      settings=record, probes=_probes(parts, groups, by, layer_list, record))
+    if settings.transfer:
         out.transfer = _transfer_with_diagonal(source, by, layer_list, table, pool=pool, progress=progress,
                                                C=_most_chosen_C(table), **options["fit"])
     return out
+
+
+sweep = probe  # the earlier name, kept while branches that call it are merged; use `probe`
 
 
 def group_workers(workers: int | None, solver: str, device, n_groups: int) -> int:

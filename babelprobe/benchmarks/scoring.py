@@ -1,0 +1,111 @@
+"""The settings of the two pair scorers (`DirectSettings`, `MetaSettings`) and the one resumable way to
+score a whole item set into a result file (`score_pairs`), used by `babelprobe score direct|meta` and by
+`compare`'s direct and meta stages.
+
+`score_pairs` scores in chunks of whole pairs kept beside the output (`runs.score_resumably`), keyed by
+the method, the model's fingerprint, the settings and, for meta, the digest of the prompt templates, so
+an interrupted run resumes and a run of other settings never reuses a chunk.
+
+This module imports nothing heavy at load (the CLI builds its flags from the settings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from babelprobe.settings import one_of, option, settings_record
+
+REDUCTIONS = ("sum", "mean", "per_char", "per_byte")  # = core.logprobs.REDUCTIONS (tested)
+RULES = ("sum", "both", "first")  # = meta.RULES (tested)
+CHAT = ("off", "auto", "on")
+
+
+@dataclass(frozen=True)
+class DirectSettings:
+    """What changes the numbers of direct scoring."""
+
+    reduction: str = option("sum", choices=REDUCTIONS,
+                            help="sum of the tokens' log-probs, mean per token, per character or per UTF-8 byte")
+    conditional: bool = option(False, help="score only the continuation (property phrase) given its prefix")
+    truncate: bool = option(False, help="keep the first tokens of a text longer than the context (recorded) "
+                            "instead of stopping")
+
+    def __post_init__(self):
+        one_of(self, "reduction", REDUCTIONS)
+
+
+@dataclass(frozen=True)
+class MetaSettings:
+    """What changes the numbers of metalinguistic prompting (XCOMPS Figure 8)."""
+
+    rule: str = option("sum", choices=RULES,
+                       help="when a pair is correct: sum (good − bad summed over both orders > 0), both (good wins in "
+                       "both orders), first (only the order with the acceptable concept first)")
+    reduction: str = option("sum", choices=REDUCTIONS,
+                            help="of the answer's token log-probs: sum, mean per token, per character or per byte")
+    close_quote: bool = option(True, help="score each concept with its closing quote, the complete answer "
+                               "(--no-close-quote: the bare word)")
+    chat_template: str = option("off", choices=CHAT, metavar="{off,auto,on}",
+                                help="wrap the question in the model's chat template (user turn) and start the "
+                                "assistant turn with the answer prefix: on, auto (when the model has one) or off")
+    chat_template_file: str | None = option(None, metavar="FILE.jinja",
+                                            help="use this Jinja chat template instead of the model's (implies "
+                                            "--chat-template on)")
+    prompts: str = option("xcomps", metavar="NAME|FILE.tsv",
+                          help="prompt set: bundled 'xcomps' (Figure 8), 'xcomps-babelprobe' or a .tsv of templates")
+    prompt_language: str | None = option(None, metavar="CODE",
+                                         help="ask every item with this language's template (default: its own)")
+    truncate: bool = option(False, help="keep the first tokens of a prompt longer than the context instead of "
+                            "stopping")
+
+    def __post_init__(self):
+        chat = {True: "on", False: "off", None: "off"}.get(self.chat_template, self.chat_template)
+        object.__setattr__(self, "chat_template", "on" if self.chat_template_file else str(chat))
+        object.__setattr__(self, "prompts", str(self.prompts))
+        one_of(self, "rule", RULES)
+        one_of(self, "reduction", REDUCTIONS)
+        one_of(self, "chat_template", CHAT)
+        if self.chat_template_file and not Path(self.chat_template_file).expanduser().is_file():
+            from babelprobe.errors import BabelprobeError
+
+            raise BabelprobeError(f"--chat-template-file {self.chat_template_file}: no such file")
+
+    def scorer_options(self, lm) -> dict:
+        """`score_meta` keyword arguments (the chat template resolved against the model's tokenizer)."""
+        options = settings_record(self)
+        file, chat = options.pop("chat_template_file"), options.pop("chat_template")
+        use = chat == "on" or (chat == "auto" and bool(getattr(lm.tokenizer, "chat_template", None)))
+        options["chat_template"] = file if file else use
+        return options
+
+
+SETTINGS = {"direct": DirectSettings, "meta": MetaSettings}
+
+
+def score_pairs(method: str, lm, items, out: str | Path, settings=None, *, batch_tokens: int = 4096,
+                padding_side: str = "right", share_prefix: bool = True, progress: bool = True):
+    """Score every pair of `items` with `method` ("direct" or "meta") and write the rows to `out` (a .csv or
+    .parquet file), resumably; returns the rows. `settings`: a `DirectSettings` / `MetaSettings` (None:
+    the defaults). `share_prefix` (meta) runs each prompt once for both answers (same numbers)."""
+    from babelprobe.runs import score_resumably
+
+    settings = settings if settings is not None else SETTINGS[method]()
+    key = {"method": method, "fingerprint": lm.fingerprint, **settings_record(settings)}
+    if method == "direct":
+        from babelprobe.benchmarks.direct import score_direct
+
+        def score(chunk):
+            return score_direct(lm, chunk, batch_tokens=batch_tokens, padding_side=padding_side, progress=False,
+                                **settings_record(settings))
+    else:
+        from babelprobe.benchmarks.meta import prompts_digest, score_meta
+
+        asked = [settings.prompt_language] if settings.prompt_language else sorted(items["language"].unique())
+        key["prompts_digest"] = prompts_digest(settings.prompts, asked)
+        options = settings.scorer_options(lm)
+
+        def score(chunk):
+            return score_meta(lm, chunk, share_prefix=share_prefix, batch_tokens=batch_tokens,
+                              padding_side=padding_side, progress=False, **options)
+    return score_resumably(score, items, out, key, progress=progress, desc=method)
