@@ -28,6 +28,7 @@ def run_list(args) -> int:
             records, command = load_items(name), "score/extract/compare"
         else:
             records, command = benchmark(bundled.benchmark).load(name), f"bench {bundled.benchmark}"
+            records = getattr(records, "frame", records)  # what a `prepare` step takes holds the frame read
         rows.append((name, command, str(len(records)), str(len(_languages(records))), bundled.description))
     name_width, command_width = (max(len(row[column]) for row in rows) for column in (0, 1))
     for name, command, records, languages, description in rows:
