@@ -291,7 +291,7 @@ def test_the_probe_readout_under_switched_off_neurons(neu, tiny_long_dir, tmp_pa
     items = bp.load_items("xcomps-sample", languages=["en", "de"], subsets=["taxonomic"], limit=3)
     lm = load_model(str(tiny_long_dir))
     extract(lm, items, tmp_path / "acts", layers="0-3", progress=False)
-    bp.sweep(tmp_path / "acts", folds=3, n_boot=20, workers=1).write(tmp_path / "neuro.csv")
+    bp.probe(tmp_path / "acts", folds=3, n_boot=20, workers=1).write(tmp_path / "neuro.csv")
     out = tmp_path / "deact"
     argv = deact_args(tiny_long_dir, neu, out, "--off", "de", "--readouts", "direct,probe", "--random", "1",
                       "--probes", str(tmp_path), "--layers", "2")
