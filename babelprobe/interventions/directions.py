@@ -4,7 +4,7 @@ Probes come from `find_probes(spec, items)`, which checks them without fitting o
   - a compare directory (`neuro.csv` and its `neuro.probes.h5`, written by `babelprobe compare`);
   - a probe result (`NAME.csv`/`NAME.parquet` or `NAME.probes.h5`, written by `babelprobe probe`);
   - an activation store (a directory with `manifest.json`, or a compare directory with only `acts/`):
-    `FreshProbes`, fitted by the probe sweep (`babelprobe.probes.sweep`: language × subset groups, 5
+    `FreshProbes`, fitted by the probe sweep (`babelprobe.probes.probe`: language × subset groups, 5
     grouped folds, or fewer when a group has fewer pairs) once the run starts (`ready(out)`) and kept
     under OUT/probes/.
 Either says which layers and groups it has (`check(items, layers)`: a one-line error before any work)
@@ -165,14 +165,14 @@ class FreshProbes(_Checks):
 
     def ready(self, out, seed: int = 0, progress: bool = False) -> ProbeSource:
         """Fit the probes (or read those an earlier run of the same identity fitted) into OUT/probes/."""
-        from babelprobe.probes.run import ProbeResult, sweep
+        from babelprobe.probes.run import ProbeResult, probe
 
         target = Path(out) / "probes" / "neuro.csv"
         if target.exists() and target.with_name("neuro.probes.h5").exists():
             result = ProbeResult.read(target)
         else:
             smallest = int(self.keys.groupby(list(self.by))["pair_id"].nunique().min())
-            result = sweep(self.store, folds=min(5, smallest), seed=seed, items=self.items, progress=progress)
+            result = probe(self.store, folds=min(5, smallest), seed=seed, items=self.items, progress=progress)
             result.write(target)
         return ProbeSource(result.probes, result.table, result.peaks, target,
                            _file_digest(result.paths(target)["probes"]), self.compare_dir)

@@ -134,7 +134,7 @@ def _wants_refit(settings) -> bool:
 
 def _refit_f1(X: np.ndarray, layer: int, items: pd.DataFrame, settings) -> float:
     """Cross-validated F1 (pairs kept in one fold) of a fresh probe on the states X [n, d]."""
-    from babelprobe.probes.run import sweep
+    from babelprobe.probes.run import probe as probe_sweep
     from babelprobe.probes.source import ArrayStore
 
     keys = items[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
@@ -142,7 +142,7 @@ def _refit_f1(X: np.ndarray, layer: int, items: pd.DataFrame, settings) -> float
     if folds < 2:
         return np.nan
     store = ArrayStore(keys, last=X[:, None, :], layers=[layer], n_layers=max(layer, 1))
-    result = sweep(store, by=(), folds=folds, seed=settings.seed, n_boot=0, workers=1)
+    result = probe_sweep(store, by=(), folds=folds, seed=settings.seed, n_boot=0, workers=1)
     return float(result.table["f1_mean"].iloc[0])
 
 
