@@ -43,6 +43,14 @@ BUNDLED = {s.name: s for s in (
                "XNLI-style premise/hypothesis pairs with de/zh references, written for babelprobe"),
     BundledSet("pitfalls-sample", "pitfalls", "pitfalls_sample",
                "Cross-Lingual Pitfalls-style bilingual questions (French, German, Chinese), written for babelprobe"),
+    BundledSet("multiblimp-sample", "multiblimp", "bridges/multiblimp_sample",
+               "MultiBLiMP-style agreement minimal pairs in 6 languages (4 scripts), written for babelprobe"),
+    BundledSet("belebele-sample", "belebele", "bridges/belebele_sample",
+               "Belebele-style passages and questions in 5 language variants (4 scripts), written for babelprobe"),
+    BundledSet("xnli-sample", "xnli", "bridges/xnli_sample/xnli.dev.tsv",
+               "XNLI-style premise/hypothesis pairs in 5 languages (4 scripts), written for babelprobe"),
+    BundledSet("pawsx-sample", "pawsx", "bridges/pawsx_sample",
+               "PAWS-X-style paraphrase pairs in 5 languages (4 scripts), written for babelprobe"),
 )}
 
 

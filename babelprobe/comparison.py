@@ -22,6 +22,7 @@ the default keeps both sentences of a pair in one fold. The protocol is recorded
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -126,7 +127,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     `xcomps`, XCOMPS Figure 8, or a prompt file), `folds`, `fold_scheme`, `seed`, `pool`. `acts`: the
     activation store to use or create (default OUT/acts); `backend`: its extraction backend."""
     from babelprobe.analysis import methods
-    from babelprobe.benchmarks.meta import prompts_digest
+    from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
     from babelprobe.benchmarks.scoring import score_pairs
     from babelprobe.items import items_hash, load_items
     from babelprobe.models import load_model
@@ -142,7 +143,13 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     if isinstance(items, str):
         source = source or {"source": items}
     items = load_items(items)
-    digest = prompts_digest(settings.prompts, sorted(items["language"].unique()))  # bad prompts: before model work
+    # meta asks about a property and two concepts; grammatical minimal pairs (MultiBLiMP's) have none
+    asks_meta = set(CONCEPT_FIELDS) <= set(items.columns)
+    if not asks_meta:
+        print("compare: meta skipped: the items have no property and concept fields to ask about (grammatical "
+              "minimal pairs such as MultiBLiMP's); direct and neuro run", file=sys.stderr)
+    # bad prompts fail before model work
+    digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
     lm = load_model(model) if isinstance(model, str) else model
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
                    record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings)},
@@ -160,7 +167,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     # the templates' digest is part of the stage's settings: other wording is never reused
     meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
-                     out / "meta.csv", read_table)
+                     out / "meta.csv", read_table) if asks_meta else None
     store_digest = _ensure_store(lm, items, acts, overwrite, pool=settings.pool, backend=backend, source=source,
                                  progress=progress)
     from babelprobe.probes import ProbeResult, probe
@@ -174,9 +181,10 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
 
     probed = run.stage("neuro", probe_settings, probe_now, out / "neuro.csv", ProbeResult.read)
     neuro = neuro_pairs(probed, settings.layers, items)
-    per_method = {"meta": meta, "direct": direct, "neuro": neuro}
+    per_method = {name: rows for name, rows in (("meta", meta), ("direct", direct), ("neuro", neuro))
+                  if rows is not None}
     summary = methods.summarize(per_method, probed.table).assign(protocol=settings.protocol)
-    joined = methods.join_pairs({"direct": direct, "meta": meta, "neuro": neuro})
+    joined = methods.join_pairs({name: per_method[name] for name in ("direct", "meta", "neuro") if name in per_method})
     result = CompareResult(items=joined, summary=summary, layers=probed.table.assign(protocol=settings.protocol),
                            correlations=methods.correlations(summary), agreement=methods.agreement(joined),
                            per_method=per_method)

@@ -42,7 +42,7 @@ import pandas as pd
 
 from babelprobe.bundled import DATA, bundled_sets
 from babelprobe.errors import BabelprobeError
-from babelprobe.languages import iso_codes, language_table, separator
+from babelprobe.languages import iso_codes, language_codes, language_table, separator
 from babelprobe.tables import decode_json_lists, read_text, write_table
 
 REQUIRED = ("item_id", "pair_id", "language", "subset", "label", "text")
@@ -436,11 +436,12 @@ def validate(items: pd.DataFrame, source: str) -> pd.DataFrame:
         row = items[blank].iloc[0]
         raise BabelprobeError(f"{row['_source']}: item {row['item_id']} has an empty or whitespace-only text; give it a text or remove the item")
     items["label"] = _labels(items)
-    unknown = ~items["language"].map(lambda c: c.split("-")[0] in iso_codes())
+    unknown = ~items["language"].map(lambda c: c.split("-")[0] in language_codes())
     if unknown.any():
         row = items[unknown].iloc[0]
         raise BabelprobeError(f"{row['_source']}: unknown language code {row['language']!r} "
-                              "(use ISO 639-1, e.g. en, de, zh)")
+                              "(use ISO 639-1, e.g. en, de, zh; ISO 639-3 for a MultiBLiMP or Belebele language "
+                              "without one, e.g. aln)")
     dup = items["item_id"].duplicated(keep=False)
     if dup.any():
         first = items[dup].iloc[:2]

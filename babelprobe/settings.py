@@ -36,9 +36,12 @@ from babelprobe.errors import BabelprobeError
 def option(default, help: str = "", **metadata):
     """A settings field: its default, the help text of its flag and, optionally, `choices`, `metavar`,
     `type` (the flag's parser), `flag` (the flag's name when it is not the field's), `aliases` (old
-    spellings accepted but not shown), `cli=False` (no flag: set from code only) or `budget=True`: a
-    length cap (e.g. `max_new_tokens`) that may be set below a protocol's value without contradicting
-    it; the run records the value used, so a capped run never passes for the uncapped one."""
+    spellings accepted but not shown; "--old=VALUE" is a flag without a value that sets VALUE), `values`
+    (old values accepted, from the command line or code, and replaced: `{"generation": "generate"}`;
+    `resolve_values` in `__post_init__`), `const` (the value of the flag given without one), `cli=False`
+    (no flag: set from code only) or `budget=True`: a length cap (e.g. `max_new_tokens`) that may be set
+    below a protocol's value without contradicting it; the run records the value used, so a capped run
+    never passes for the uncapped one."""
     if isinstance(default, (list, dict, set)):
         raise TypeError("settings defaults must be immutable (use a tuple)")
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
@@ -76,6 +79,7 @@ def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping
     for name, value in values.items():
         if value is None:
             continue
+        value = current_value(fields[name], value)
         budget = fields[name].metadata.get("budget", False)
         if protocol != "default" and name in preset and not budget and not _same(value, preset[name]):
             option_flag = flag(cls, name)
@@ -85,6 +89,23 @@ def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping
     if "protocol" in names:
         chosen["protocol"] = protocol
     return cls(**chosen)
+
+
+def current_value(field: dataclasses.Field, value):
+    """`value`, or the value that replaced it when it is an old one (the field's `values`)."""
+    old = field.metadata.get("values", {})
+    try:
+        return old.get(value, value)
+    except TypeError:  # unhashable (a list): never an old value
+        return value
+
+
+def resolve_values(settings) -> None:
+    """Old values of fields declared with `values` replaced in place (call in `__post_init__`), so
+    `Settings(answer="generation")` holds "generate" and records it."""
+    for field in dataclasses.fields(settings):
+        if "values" in field.metadata:
+            object.__setattr__(settings, field.name, current_value(field, getattr(settings, field.name)))
 
 
 def settings_record(settings) -> dict:

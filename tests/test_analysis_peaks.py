@@ -16,7 +16,8 @@ from babelprobe.analysis.peaks import (
 )
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import language_table
-from babelprobe.probes import ArrayStore, sweep, synthetic_activations
+from babelprobe.probes import ArrayStore, synthetic_activations
+from babelprobe.probes import probe as run_probes
 
 PLANTED = {"en": 2, "de": 6, "ja": 10}  # planted peak layer of each language's signal (L = 12)
 
@@ -30,7 +31,7 @@ def probe():
         keys.append(k)
         arrays.append(x)
     store = ArrayStore(pd.concat(keys, ignore_index=True), last=np.concatenate(arrays), n_layers=12)
-    return sweep(store, folds=5, n_boot=200, seed=0)
+    return run_probes(store, folds=5, n_boot=200, seed=0)
 
 
 def test_typology_comes_from_the_language_table():

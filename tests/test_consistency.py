@@ -617,13 +617,14 @@ def test_cli_generate_answers_over_http_without_a_local_model(lm, tmp_path, caps
     assert len(rows) == 10 and len(server.requests) == 3 + 4 + rows["prompt"].nunique()
 
 
-def test_prepare_keeps_targets_and_limit_from_load():
+def test_prepare_applies_the_targets_and_limit_given_to_load():
     from babelprobe.benchmarks.consistency import load
 
-    frame = load("consistency-sample", languages=["zh"], limit=3)
-    data = prepare(frame, Settings(), targets=frame.attrs["targets"], limit=frame.attrs["limit"])
+    records = load("consistency-sample", languages=["zh"], limit=3)  # the contract's load only reads
+    assert len(records) == len(read_source("consistency-sample")) == 24
+    data = prepare(records, Settings())  # the contract's prepare: with the settings (the source language)
     assert len(data.items) == 3 and data.targets == ["zh"]
-    assert len(read_source("consistency-sample")) == 24
+    assert prepare(records, Settings(), targets=["de"], limit=2).targets == ["de"]
 
 
 @pytest.mark.slow

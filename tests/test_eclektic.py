@@ -238,6 +238,24 @@ def test_chat_template_sends_the_bare_question_as_a_user_turn():
     assert generator.generate([question], max_new_tokens=5) == local_generator(lm).generate([rendered], max_new_tokens=5)
 
 
+def test_chat_template_auto_follows_the_model(tiny_long, tmp_path):
+    """`--chat-template auto`: the chat template and the bare question (closed-book) when the local model
+    has a template, plain text and the qa frame when it has none; before the model is known, `check`
+    accepts both prompt sets and `condition` asks which."""
+    chat = tiny_lm("llama", max_positions=512)
+    chat.tokenizer.chat_template = "{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}<|assistant|>"
+    settings = Settings(chat_template="auto", max_new_tokens=3)
+    with pytest.raises(BabelprobeError, match="depends on whether the model has a chat template"):
+        condition(settings)
+    data = load_eclektic("eclektic-sample", languages=["en", "de"], limit=1)
+    eclektic.check(data, settings)
+    for lm, method, generator in ((chat, "closed-book", f"local:{chat.name} (chat template)"),
+                                  (tiny_long, "qa", f"local:{tiny_long.name}")):
+        rows = eclektic.run(data, Models(lm), settings, progress=False)
+        assert set(rows["method"]) == {method} and set(rows["generator"]) == {generator}
+        assert set(rows["answer_cut"]) == {"none" if method == "closed-book" else "first-line"}
+
+
 # ------------------------------------------------------------------------------------------- string judge
 
 @pytest.mark.parametrize("answer,prediction,found", [

@@ -11,7 +11,8 @@ from babelprobe.analysis import figures, style
 from babelprobe.analysis.peaks import language_curves, language_peaks, subset_peaks
 from babelprobe.comparison import compare
 from babelprobe.items import load_items
-from babelprobe.probes import ProbeResult, sweep
+from babelprobe.probes import ProbeResult
+from babelprobe.probes import probe as run_probes
 from tests.tiny import tiny_lm
 
 LANGUAGES = ("en", "zh", "de", "ja")  # not in XCOMPS Table 3, analytic, inflectional, agglutinative
@@ -40,7 +41,7 @@ def make_results(out):
     """A compare directory of a tiny random model (4 languages × 2 subsets × 6 pairs) with a transfer
     sweep in `out/transfer/`, as `make demo` leaves it."""
     compare(tiny_lm("llama", seed=0), items_frame(), out, folds=3, progress=False)
-    sweep(out / "acts", folds=3, n_boot=200, transfer=True).write(out / "transfer" / "neuro.csv")
+    run_probes(out / "acts", folds=3, n_boot=200, transfer=True).write(out / "transfer" / "neuro.csv")
     return out
 
 

@@ -408,7 +408,9 @@ def test_cli_resumes_an_interrupted_run_and_refuses_other_settings(data_dir, tmp
     out = tmp_path / "clp"
     base = ["bench", "pitfalls", "--model", str(tiny_long_dir), "--items", str(data_dir), "--out", str(out),
             "--no-progress", "--languages", "French,Chinese"]
-    monkeypatch.setattr(pf, "CHUNK_QUESTIONS", 1)  # a checkpoint after every question
+    from babelprobe.benchmarks.pitfalls import answers  # where the run looks them up
+
+    monkeypatch.setattr(answers, "CHUNK_QUESTIONS", 1)  # a checkpoint after every question
     scored, original = [], pf.score_pitfalls
 
     def interrupted(lm, q, **kw):
@@ -417,10 +419,10 @@ def test_cli_resumes_an_interrupted_run_and_refuses_other_settings(data_dir, tmp
         scored.append(list(q["question_id"]))
         return original(lm, q, **kw)
 
-    monkeypatch.setattr(pf, "score_pitfalls", interrupted)
+    monkeypatch.setattr(answers, "score_pitfalls", interrupted)
     assert main(base) == 130  # Ctrl-C after two questions
     assert not (out / "items.csv").exists()
-    monkeypatch.setattr(pf, "score_pitfalls", lambda lm, q, **kw: scored.append(list(q["question_id"])) or original(lm, q, **kw))
+    monkeypatch.setattr(answers, "score_pitfalls", lambda lm, q, **kw: scored.append(list(q["question_id"])) or original(lm, q, **kw))
     assert main(base) == 0  # the same command resumes: the two finished questions are not scored again
     assert scored == [["French-0000"], ["French-0001"], ["French-0002"], ["Chinese-0000"], ["Chinese-0001"]]
     rows = pd.read_csv(out / "items.csv")

@@ -21,11 +21,11 @@ from babelprobe.probes import (
     at_peaks,
     fit_predict,
     load_probes,
-    sweep,
     synthetic_activations,
     transfer,
     transfer_matrix,
 )
+from babelprobe.probes import probe as run_probes
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
 from babelprobe.probes.run import choose_C
 from babelprobe.tables import read_table
@@ -65,7 +65,7 @@ def sklearn_cv_f1(X, labels, pair_ids, seed, tol=1e-6):
 
 def test_torch_sweep_matches_sklearn_cross_validation_at_every_layer(real_shaped):
     keys, X, path = real_shaped
-    result = sweep(path, folds=5, seed=7)
+    result = run_probes(path, folds=5, seed=7)
     table = result.table.sort_values("layer")
     assert list(table["layer"]) == list(range(19))
     ref_f1, ref_std, ref_acc = sklearn_cv_f1(X, keys["label"].to_numpy(), keys["pair_id"].to_numpy(), seed=7)
@@ -82,7 +82,7 @@ def test_torch_sweep_matches_sklearn_cross_validation_at_every_layer(real_shaped
 
 def test_table_contract_out_of_fold_scores_and_pairs(small):
     keys, X, path = small
-    result = sweep(path, layers="0,2-4,6", n_boot=200)
+    result = run_probes(path, layers="0,2-4,6", n_boot=200)
     table = result.table
     expected = {(lang, sub, layer) for lang in ("en", "de") for sub in ("taxonomic", "random")
                 for layer in (0, 2, 3, 4, 6)}
@@ -109,20 +109,20 @@ def test_table_contract_out_of_fold_scores_and_pairs(small):
 
 def test_controls_and_selectivity(small):
     keys, X, path = small
-    result = sweep(path, layers=[0, 4], controls="all", items=keys, n_boot=0)
+    result = run_probes(path, layers=[0, 4], controls="all", items=keys, n_boot=0)
     at_peak = result.table[result.table["layer"] == 4]
     assert (at_peak["f1_mean"] > 0.75).all()
     assert (at_peak["shuffle_f1"] < at_peak["f1_mean"] - 0.2).all()
     assert np.allclose(at_peak["selectivity"], at_peak["f1_mean"] - at_peak["control_f1"])
     assert (result.table["majority_accuracy"].between(0.3, 0.7)).all()
-    again = sweep(path, layers=[0, 4], controls="all", items=keys, n_boot=0)
+    again = run_probes(path, layers=[0, 4], controls="all", items=keys, n_boot=0)
     pd.testing.assert_frame_equal(result.table, again.table)  # seeded
 
 
 def test_hewitt_without_concepts_says_so(small):
     keys, X, path = small
     with pytest.raises(BabelprobeError, match="--items"):
-        sweep(path, layers=[4], controls="hewitt")
+        run_probes(path, layers=[4], controls="hewitt")
 
 
 def test_nested_C_matches_grid_search(small):
@@ -142,7 +142,7 @@ def test_nested_C_matches_grid_search(small):
                               {"logisticregression__C": grid}, cv=splits, scoring="f1", refit=False)
         search.fit(Xg[rows, 0], labels[rows])
         assert chosen[k, 0] == search.best_params_["logisticregression__C"]
-    result = sweep(ArrayStore(keys, last=X), layers=[2], C="0.003,0.03,0.3", n_boot=0)
+    result = run_probes(ArrayStore(keys, last=X), layers=[2], C="0.003,0.03,0.3", n_boot=0)
     assert set(result.table["C_selected"]) <= set(grid) and result.table["C"].iloc[0].startswith("nested:")
 
 
@@ -158,7 +158,7 @@ def test_transfer_matrix_against_sklearn(tmp_path):
     model.fit(X[en, 3], keys["label"][en])
     assert row["f1"] == pytest.approx(f1_score(keys["label"][zh], model.predict(X[zh, 3])), abs=1e-9)
     assert table["f1"].min() > 0.8  # one shared direction: probes transfer
-    result = sweep(store, layers=[2, 3], transfer=True, n_boot=0)
+    result = run_probes(store, layers=[2, 3], transfer=True, n_boot=0)
     full = result.transfer
     diagonal = full[full["kind"] == "cv"]
     assert len(diagonal) == 6 and (diagonal["train_language"] == diagonal["test_language"]).all()
@@ -172,7 +172,7 @@ def test_transfer_matrix_against_sklearn(tmp_path):
 
 def test_write_puts_every_table_next_to_out(small, tmp_path):
     keys, X, path = small
-    result = sweep(path, layers=[1, 4], n_boot=50, transfer=True)
+    result = run_probes(path, layers=[1, 4], n_boot=50, transfer=True)
     paths = result.write(tmp_path / "neuro.csv")
     assert {p.name for p in paths.values()} == {"neuro.csv", "neuro.folds.csv", "neuro.oof.parquet", "neuro.peaks.csv",
                                                 "neuro.transfer.csv", "neuro.settings.json", "neuro.probes.h5"}
@@ -186,7 +186,7 @@ def test_kept_probes_reapplied_reproduce_the_fit(small, tmp_path):
     the store's activations after a round trip through NAME.probes.h5 it gives scikit-learn's pipeline
     decision function (an independent fit on the same rows) and the scores the solver computed."""
     keys, X, path = small
-    result = sweep(path, layers=[2, 4], n_boot=0)
+    result = run_probes(path, layers=[2, 4], n_boot=0)
     result.write(tmp_path / "neuro.csv")
     probes = load_probes(tmp_path / "neuro.probes.h5")
     assert probes.layers == [2, 4] and probes.by == ("language", "subset") and probes.d_model == 32
@@ -230,21 +230,21 @@ def test_sweep_on_the_large_size_path_matches_sklearn(real_shaped):
     and still equals an independent scikit-learn cross-validation."""
     keys, X, path = real_shaped
     layers = [0, 6, 12, 18]
-    result = sweep(path, layers=layers, folds=5, seed=7, n_boot=0, exact_max=16)
+    result = run_probes(path, layers=layers, folds=5, seed=7, n_boot=0, exact_max=16)
     assert set(result.probes.groups["method"]) == {"lbfgs"}
     ref_f1, _, ref_acc = sklearn_cv_f1(X[:, layers], keys["label"].to_numpy(), keys["pair_id"].to_numpy(), seed=7)
     table = result.table.sort_values("layer")
     assert np.abs(table["f1_mean"].to_numpy() - ref_f1).max() <= 0.01
     assert np.abs(table["accuracy"].to_numpy() - ref_acc).max() <= 0.01
-    exact = sweep(path, layers=layers, folds=5, seed=7, n_boot=0)
+    exact = run_probes(path, layers=layers, folds=5, seed=7, n_boot=0)
     assert set(exact.probes.groups["method"]) == {"newton"}
     assert np.abs(exact.table["f1_mean"].to_numpy() - result.table["f1_mean"].to_numpy()).max() <= 0.01
 
 
 def test_mean_pooling_and_sklearn_solver(small):
     keys, X, path = small
-    torch_mean = sweep(path, layers=[4], pool="mean", n_boot=0).table
-    sk_mean = sweep(path, layers=[4], pool="mean", solver="sklearn", n_boot=0, n_jobs=1).table
+    torch_mean = run_probes(path, layers=[4], pool="mean", n_boot=0).table
+    sk_mean = run_probes(path, layers=[4], pool="mean", solver="sklearn", n_boot=0, n_jobs=1).table
     assert np.abs(torch_mean["f1_mean"] - sk_mean["f1_mean"]).max() <= 0.05
     assert (sk_mean["solver"] == "sklearn").all()
 
@@ -253,40 +253,40 @@ def test_groups_side_by_side_give_the_same_tables(small):
     """Groups solved in parallel threads (the CPU default) give the tables of one group at a time, in
     the same order; an error in one group is raised with its name, and torch's threads are restored."""
     keys, X, path = small
-    one = sweep(path, n_boot=50, controls="shuffle", workers=1)
-    many = sweep(path, n_boot=50, controls="shuffle", workers=3)
+    one = run_probes(path, n_boot=50, controls="shuffle", workers=1)
+    many = run_probes(path, n_boot=50, controls="shuffle", workers=3)
     for name in ("table", "folds", "oof", "peaks"):
         pd.testing.assert_frame_equal(getattr(one, name), getattr(many, name), check_exact=False, atol=1e-6)
     threads = torch.get_num_threads()
     bad = X.copy()
     bad[keys.index[keys["language"] == "de"][3], 2, 5] = np.inf
     with pytest.raises(BabelprobeError, match=r"group language=de subset=\w+: last activations of layer 2"):
-        sweep(ArrayStore(keys, last=bad), n_boot=0, workers=2)
+        run_probes(ArrayStore(keys, last=bad), n_boot=0, workers=2)
     assert torch.get_num_threads() == threads
     with pytest.raises(BabelprobeError, match="workers must be at least 1"):
-        sweep(path, workers=0)
+        run_probes(path, workers=0)
 
 
 def test_bad_input_is_named(small, tmp_path):
     keys, X, path = small
     with pytest.raises(BabelprobeError, match="no 'mean' pooling"):
-        sweep(ArrayStore(keys, last=X), pool="mean")
+        run_probes(ArrayStore(keys, last=X), pool="mean")
     bad = X.copy()
     bad[keys.index[keys["language"] == "de"][3], 2, 5] = np.nan
     with pytest.raises(BabelprobeError, match=r"group language=de subset=\w+: last activations of layer 2 are NaN"):
-        sweep(ArrayStore(keys, last=bad), n_boot=0)
+        run_probes(ArrayStore(keys, last=bad), n_boot=0)
     unlabelled = keys.assign(label=np.where(keys["language"] == "de", -1, keys["label"]))
     with pytest.raises(BabelprobeError, match="group language=de subset=random has no items labelled 0 or 1"):
-        sweep(ArrayStore(unlabelled, last=X))
+        run_probes(ArrayStore(unlabelled, last=X))
     with pytest.raises(BabelprobeError, match="no 'label' field"):
-        sweep(ArrayStore(keys.drop(columns="label"), last=X))
+        run_probes(ArrayStore(keys.drop(columns="label"), last=X))
     one_class = keys[keys["label"] == 1].reset_index(drop=True)
     with pytest.raises(BabelprobeError, match="only label 1"):
-        sweep(ArrayStore(one_class, last=X[keys["label"] == 1]))
+        run_probes(ArrayStore(one_class, last=X[keys["label"] == 1]))
     with pytest.raises(BabelprobeError, match="group language=de subset=random has 20 pairs, fewer than --folds 25"):
-        sweep(path, folds=25)
+        run_probes(path, folds=25)
     with pytest.raises(BabelprobeError, match="layer 9"):
-        sweep(path, layers="9")
+        run_probes(path, layers="9")
     assert open_store(path).pools == ("last", "mean")
 
 
@@ -301,7 +301,7 @@ def test_real_activations_match_sklearn_and_pairs_join_items(default_lm, tmp_pat
     extract(default_lm, items, tmp_path / "acts", pool="last", progress=False,
             source={"source": "xcomps-sample", "languages": ["en", "de"], "subsets": ["taxonomic"], "limit": 20})
     store = open_store(tmp_path / "acts")
-    result = sweep(store, n_boot=100, controls="hewitt")  # concepts come from the manifest's item source
+    result = run_probes(store, n_boot=100, controls="hewitt")  # concepts come from the manifest's item source
     for language in ("en", "de"):
         rows = np.flatnonzero((store.keys["language"] == language).to_numpy())
         X, part = store.read_layers(rows=rows), store.keys.iloc[rows]

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
+import babelprobe as bp
 from babelprobe.benchmarks import stingray as sr
 from babelprobe.cli import main
 from babelprobe.errors import BabelprobeError
@@ -535,21 +536,23 @@ def test_cli_paper_protocol_on_the_sample(tmp_path, chat_dir, capsys):
     assert main([*base, "--out", str(out)]) == 0
     rows, summary = pd.read_csv(out / "items.csv"), pd.read_csv(out / "summary.csv")
     run = json.loads((out / "run.json").read_text())
-    assert json.dumps(run).count('"protocol": "paper"') >= 1 and '"chat": "auto"' in json.dumps(run)
+    assert json.dumps(run).count('"protocol": "paper"') >= 1 and '"chat_template": "auto"' in json.dumps(run)
     assert set(rows["prompt_format"]) == {"chat"} and set(rows["method"]) == {"likelihood"}
     assert set(summary["protocol"]) == {"paper"} and set(summary["prompt_format"]) == {"chat"}
     assert "protocol paper" in capsys.readouterr().out
-    # the same protocol answering by generation (the paper's robustness check), through the runner
-    from babelprobe.benchmarks.base import benchmark_settings, run_benchmark
+    # the paper's robustness check, answering by generation, is a preset of its own; through the runner
+    from babelprobe.benchmarks.base import benchmark_settings
 
-    # (a flag contradicting the preset is an error, so the paper's settings are spelled out)
-    settings = benchmark_settings(sr, **{**sr.PROTOCOLS["paper"], "inference": "generation"}, generator="local")
-    result = run_benchmark("stingray", str(chat_dir), "stingray-sample", tmp_path / "generation", settings, limit=1,
-                           progress=False)
+    settings = benchmark_settings(sr, "paper-generation", generator="local")
+    result = bp.run_benchmark("stingray", str(chat_dir), "stingray-sample", tmp_path / "generation", settings,
+                              limit=1, progress=False)
     assert set(result.rows["method"]) == {"generation"} and set(result.rows["prompt_format"]) == {"chat"}
     assert {"response", "valid"} <= set(result.rows.columns) and "valid" in set(result.summary["metric"])
-    assert (tmp_path / "generation" / "generations.jsonl").exists()
-    assert result.identity["protocol"] == "default" and result.identity["inference"] == "generation"
+    assert (tmp_path / "generation" / "generations.jsonl").exists() and result.figures[-1].exists()
+    assert result.identity["protocol"] == "paper-generation" and result.identity["answer"] == "generate"
+    assert set(result.summary["protocol"]) == {"paper-generation"}
+    with pytest.raises(BabelprobeError, match="--protocol paper runs --answer likelihood; drop --answer generate"):
+        benchmark_settings(sr, "paper", answer="generation")  # the old value, read as the new one
 
 
 def test_cli_on_the_raw_csvs_reports_what_it_skipped(tmp_path, tiny_long_dir, capsys):

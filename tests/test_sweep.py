@@ -16,7 +16,7 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.extract import open_store
 from babelprobe.extract.store import StoreWriter
 from babelprobe.jobs import is_done, plan, run_sweep
-from babelprobe.probes.run import sweep as probe_sweep
+from babelprobe.probes.run import probe as probe_sweep
 from tests.tiny import CORPUS, tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")

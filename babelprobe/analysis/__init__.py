@@ -11,7 +11,7 @@ _EXPORTS = {
     "typology_peaks": "peaks", "with_typology": "peaks",
     "plot_layer_curves": "figures", "plot_method_bars": "figures", "plot_method_correlations": "figures",
     "plot_peak_heatmap": "figures", "plot_peak_typology": "figures", "plot_transfer": "figures",
-    "save_figure": "style:save", "load_results": "report", "write_report": "report",
+    "save_figure": "style:save", "load_results": "results", "write_report": "report",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,20 +1,77 @@
-"""Figures of the seed benchmarks, in the house style (`analysis.style`): the stingray plot
+"""The seed benchmarks at the analysis layer: `run_benchmark`, the one runner of every benchmark (its
+tables, run.json and figure), and the figures, in the house style (`analysis.style`): the stingray plot
 (StingrayBench), the source × target heatmaps (ECLeKTiC), consistency by condition (self-consistency),
-English vs target accuracy and the Relative Affinity heatmap (Cross-Lingual Pitfalls).
+English vs target accuracy and the Relative Affinity heatmap (Cross-Lingual Pitfalls); for the benchmark
+bridges (MultiBLiMP, Belebele, XNLI, PAWS-X) `bridge_accuracy` and `bridge_norm_gap`.
 
-`plot_benchmark(name, summary, path)` draws a benchmark's figure from its `summarize` table; every
-function writes `path.pdf` and a 300-dpi `path.png` and returns both paths.
+The runner lives here, above `benchmarks/`, because it draws (docs/design.md "Layers"); the contract it
+runs is `babelprobe.benchmarks.base`. `plot_benchmark(name, summary, path)` draws a benchmark's figure
+from its `summarize` table; every function writes `path.pdf` and a 300-dpi `path.png` and returns both
+paths.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, save
-from babelprobe.benchmarks import eclektic, pitfalls, stingray
+from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
+from babelprobe.benchmarks.base import Models, as_models, benchmark, benchmark_settings
+from babelprobe.models import LoadedModel
+from babelprobe.runs import open_run
+from babelprobe.settings import settings_record
+from babelprobe.tables import write_table
+
+ROWS, SUMMARY = "items.csv", "summary.csv"
+
+
+@dataclass
+class BenchmarkRun:
+    """A finished benchmark run: its rows and summary (as written), the run directory, its identity
+    (benchmark, fingerprint, settings; and the model's name) and the figure files drawn."""
+
+    rows: pd.DataFrame
+    summary: pd.DataFrame
+    out: Path
+    identity: dict
+    figures: list[Path] = field(default_factory=list)
+
+
+def run_benchmark(name: str, models: Models | LoadedModel | str, source: str | Path, out: str | Path,
+                  settings=None, languages: list[str] | None = None, limit: int | None = None,
+                  overwrite: bool = False, progress: bool = True, figures: bool = True) -> BenchmarkRun:
+    """Load `source`, run benchmark `name` on it and write `items.csv`, `summary.csv`, `run.json` and,
+    with `figures`, its figure (`plot_benchmark`: `NAME.pdf`, `NAME.png`) into `out`. The data and the
+    settings are checked before any model loads or anything is written (the contract's `prepare` and
+    `check`). A rerun with the same model and settings reuses what the run keeps (it resumes); another
+    model or other settings there are refused unless `overwrite`."""
+    module = benchmark(name)
+    settings = settings if settings is not None else benchmark_settings(module)
+    models = as_models(models)
+    data = module.load(source, languages=languages, limit=limit)
+    if hasattr(module, "prepare"):
+        data = module.prepare(data, settings)
+    if hasattr(module, "check"):
+        module.check(data, settings)  # bad data or settings: fail before a model is loaded
+    who = models.identity(module.answerer(settings))
+    identity = {"benchmark": name, "fingerprint": who["fingerprint"], **settings_record(settings)}
+    run = open_run(out, identity, record={"model": who["model"], "data": str(source), "languages": languages,
+                                          "limit": limit}, overwrite=overwrite, outputs=(ROWS, SUMMARY),
+                   what=f"a {name} run")
+    rows = module.run(data, models, settings, out=run.path, progress=progress)
+    for column, value in (("model", who["model"]), ("fingerprint", who["fingerprint"])):
+        if column not in rows.columns:
+            rows[column] = value
+    summary = module.summarize(rows)
+    write_table(rows, run.path / ROWS)
+    write_table(summary, run.path / SUMMARY)
+    drawn = plot_benchmark(name, summary, run.path / name, model=who["model"], source=source) if figures else []
+    return BenchmarkRun(rows=rows, summary=summary, out=run.path, identity={**identity, "model": who["model"]},
+                        figures=drawn)
 
 
 def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: str = "",
@@ -26,6 +83,8 @@ def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: st
         return plot_eclektic(summary, path, title=f"ECLeKTic: {model}")
     if name == "consistency":
         return plot_consistency(summary, path, title=f"self-consistency: {model}")
+    if name in bridges.BRIDGES:
+        return plot_bridge(summary, path, title=f"{name}: {model}")
     if name == "pitfalls":
         names = list(dict.fromkeys(pitfalls.wide(summary)["target_name"]))
         paper = {n: pitfalls.load_paper_results(source, n) for n in names} if source is not None else {}
@@ -334,8 +393,8 @@ def plot_pitfalls(summary: pd.DataFrame, path: str | Path, model_name: str,
             values = bars[f"{side}_accuracy"].to_numpy()
             ax.bar(x + offset, values, width=0.4, color=colour, edgecolor="black", linewidth=0.4, label=label)
             ours = bars["ours"].to_numpy()
-            low = np.clip(values - bars[f"{side}_ci_low"].to_numpy(), 0, None)
-            high = np.clip(bars[f"{side}_ci_high"].to_numpy() - values, 0, None)
+            low = np.clip(values - bars[f"{side}_accuracy_low"].to_numpy(), 0, None)
+            high = np.clip(bars[f"{side}_accuracy_high"].to_numpy() - values, 0, None)
             ax.errorbar(x[ours] + offset, values[ours], yerr=[low[ours], high[ours]], fmt="none", ecolor="black",
                         elinewidth=0.7, capsize=1.5)
         ax.set_xticks(x, bars["label"], rotation=30, ha="right", rotation_mode="anchor")
@@ -357,14 +416,69 @@ def _bars_for(ours: pd.DataFrame, paper: pd.DataFrame | None, model_name: str) -
     if paper is not None:
         for r in paper.to_dict("records"):
             rows.append({"label": r["model"], "en_accuracy": r["en_accuracy"], "target_accuracy": r["target_accuracy"],
-                         "en_ci_low": np.nan, "en_ci_high": np.nan, "target_ci_low": np.nan, "target_ci_high": np.nan,
-                         "ours": False, "n": r["n"]})
+                         "en_accuracy_low": np.nan, "en_accuracy_high": np.nan, "target_accuracy_low": np.nan,
+                         "target_accuracy_high": np.nan, "ours": False, "n": r["n"]})
     short = model_name.split(" (")[0]
     for version in ("perturbed", "original"):
         part = ours[ours["version"] == version]
         if len(part):
             r = part.iloc[0]
             rows.append({"label": f"{short} ({version})", **{k: r[k] for k in (
-                "en_accuracy", "target_accuracy", "en_ci_low", "en_ci_high", "target_ci_low", "target_ci_high")},
-                "ours": True, "n": r["n"]})
+                "en_accuracy", "target_accuracy", "en_accuracy_low", "en_accuracy_high", "target_accuracy_low",
+                "target_accuracy_high")}, "ours": True, "n": r["n"]})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------- benchmark bridges
+
+BRIDGE_METRICS = {"acc": "acc (sum of log-probs)", "acc_norm": "acc_norm (per character)",
+                  "acc_bytes": "acc_bytes (per UTF-8 byte)"}
+
+
+def plot_bridge(summary: pd.DataFrame, path: str | Path, title: str = "") -> list[Path]:
+    """A bridge run's two figures beside `path`: `bridge_accuracy` (acc, acc_norm, acc_bytes per language,
+    Wilson intervals) and `bridge_norm_gap` (acc_norm − acc_bytes per language, grouped and coloured by
+    script, paired bootstrap intervals). PDF and PNG of each; the accuracy PNG comes last."""
+    path = Path(path)
+    table = bridges.wide(summary).sort_values(["script", "language"]).reset_index(drop=True)
+    written = _bridge_norm_gap(table, path.with_name("bridge_norm_gap"), title)
+    return written + _bridge_accuracy(table, path.with_name("bridge_accuracy"), title)
+
+
+def _bridge_accuracy(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
+    fig, ax = figure("two", height=2.8)
+    x = np.arange(len(table))
+    width = 0.8 / len(BRIDGE_METRICS)
+    for k, (metric, label) in enumerate(BRIDGE_METRICS.items()):
+        values = table[metric].to_numpy(float)
+        errors = [np.clip(values - table[f"{metric}_low"].to_numpy(float), 0, None),
+                  np.clip(table[f"{metric}_high"].to_numpy(float) - values, 0, None)]
+        ax.bar(x + (k - 1) * width, values, width * 0.9, yerr=errors, color=PALETTE[k], label=label,
+               error_kw={"elinewidth": 0.6, "capsize": 1.5})
+    ax.set_xticks(x, [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("accuracy (95% Wilson)")
+    ax.grid(axis="x", visible=False)
+    ax.legend(loc="upper right", fontsize=7, frameon=False)
+    ax.set_title(f"{title}: accuracy by normalisation" if title else "accuracy by normalisation")
+    return save(fig, path)
+
+
+def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
+    fig, ax = figure("two", height=2.6)
+    scripts = list(dict.fromkeys(table["script"]))
+    colours = {script: PALETTE[k % len(PALETTE)] for k, script in enumerate(scripts)}
+    x = np.arange(len(table))
+    values = table["norm_gap"].to_numpy(float)
+    errors = [np.clip(values - table["norm_gap_low"].to_numpy(float), 0, None),
+              np.clip(table["norm_gap_high"].to_numpy(float) - values, 0, None)]
+    ax.bar(x, values, 0.7, yerr=errors, color=[colours[s] for s in table["script"]],
+           error_kw={"elinewidth": 0.6, "capsize": 1.5})
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_xticks(x, table["language"])
+    ax.set_ylabel("acc_norm − acc_bytes")
+    ax.grid(axis="x", visible=False)
+    handles = [_legend_handle(marker="s", color=colours[s], label=s) for s in scripts]
+    ax.legend(handles=handles, title="script", fontsize=7, title_fontsize=7, frameon=False, loc="best")
+    ax.set_title(f"{title}: per character minus per byte" if title else "per character minus per byte")
+    return save(fig, path)

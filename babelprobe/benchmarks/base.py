@@ -1,27 +1,35 @@
 """The contract every seed benchmark follows, so that one runner runs any of them (`babelprobe bench
-NAME`, or `run_benchmark(NAME, ...)` in a notebook) and their outputs look alike.
+NAME`, or `bp.run_benchmark(NAME, ...)` in a notebook) and their outputs look alike.
 
-A benchmark module (`stingray`, `eclektic`, `consistency`, `pitfalls`) defines
+A benchmark is a package (`stingray`, `eclektic`, `consistency`, `pitfalls`) whose `__init__` defines
 
     NAME, TITLE      its command name and a one-line description
     Settings         a frozen dataclass of every option that changes the numbers, declared with
                      `babelprobe.settings.option` (defaults and help); the CLI builds its flags from it
                      and the run directory records it. `PROTOCOLS = {"paper": {...}}` (optional) names
                      presets of field values; a flag that contradicts the chosen preset is an error.
-    load(source, languages=None, limit=None) -> DataFrame   the benchmark's records; `source` is a
-                     bundled set (declared in `babelprobe.bundled`), a file or directory, or a hub id
+    load(source, languages=None, limit=None)   the benchmark's records (a DataFrame, or what its
+                     `prepare` takes); `source` is a bundled set (declared in `babelprobe.bundled`), a file
+                     or directory, or a hub id
+    prepare(data, settings)   optional: what `load` read, made ready for `check` and `run` with the
+                     settings (e.g. which rows are the source language and which are references)
+    check(data, settings)   optional: raises on data or settings that cannot run, before any model loads
     run(data, models, settings, out=None, progress=True) -> DataFrame
                      one row per question asked, in the result conventions of docs/design.md
                      (`pair_id`, `language`, `subset`, `method`, `correct`, ...); `out` is the run
                      directory, where a run may keep what makes it resumable (generation memos, chunks)
-    summarize(rows) -> DataFrame   a long table computed from the rows alone: `metric`, `value`,
-                     `ci_low`, `ci_high`, `n`, `interval` and the columns that say which cell it is
+    summarize(rows) -> DataFrame   a long table computed from the rows alone, one `metric_row` per
+                     metric and cell: the columns naming the cell, then `metric`, `value`, `ci_low`,
+                     `ci_high`, `n`, `interval`; `wide` turns it into one row per cell
     format_summary(summary) -> str   what the command prints
     answerer(settings) -> str   which model's answers the rows hold: "model" (the local model) or a
                      generator spec; it is the run's identity together with the settings
-    check(data, settings)   optional: raises on data or settings that cannot run, before any model loads
 
-Its figure lives in `babelprobe.analysis.benchmarks` (`FIGURES[NAME]`).
+The package's `__init__` imports its settings and nothing heavy (the steps are imported when first used),
+so `babelprobe bench NAME --help` reads `NAME`, `TITLE`, `Settings` and `PROTOCOLS` without torch; its
+`__all__` lists the contract (`CONTRACT`, `OPTIONAL`) apart from the steps. Its figure is drawn by
+`babelprobe.analysis.benchmarks` (`plot_benchmark`), where the runner, `run_benchmark`, lives: it draws,
+so it sits above this layer (docs/design.md "Layers").
 
 `models` is a `Models`: the local model, loaded when first asked for (a run that only calls an HTTP
 endpoint never loads one), and generators made from spec strings (`core.generate.make_generator`).
@@ -29,26 +37,30 @@ endpoint never loads one), and generators made from spec strings (`core.generate
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
+import math
 from functools import cached_property
-from pathlib import Path
 from types import ModuleType
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import LoadedModel, load_model
-from babelprobe.runs import open_run
-from babelprobe.settings import settings_for, settings_record
-from babelprobe.tables import write_table
+from babelprobe.settings import settings_for
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from babelprobe.models import LoadedModel
 
 BENCHMARKS = {name: f"babelprobe.benchmarks.{name}" for name in ("stingray", "eclektic", "consistency", "pitfalls")}
-ROWS, SUMMARY = "items.csv", "summary.csv"
+CONTRACT = ("NAME", "TITLE", "Settings", "load", "run", "summarize", "format_summary", "answerer")
+OPTIONAL = ("PROTOCOLS", "prepare", "check")
+SUMMARY_COLUMNS = ("metric", "value", "ci_low", "ci_high", "n", "interval")
+# the benchmark bridges (benchmarks/bridges): released data sets scored as lm-evaluation-harness scores them
+BENCHMARKS.update({name: f"babelprobe.benchmarks.bridges.{name}" for name in ("multiblimp", "belebele", "xnli", "pawsx")})
 
 
 def benchmark(name: str) -> ModuleType:
-    """The module of a seed benchmark by its name."""
+    """The package of a seed benchmark by its name (light: its steps are imported when first used)."""
     if name not in BENCHMARKS:
         raise BabelprobeError(f"unknown benchmark {name!r}; use one of {', '.join(BENCHMARKS)}")
     return importlib.import_module(BENCHMARKS[name])
@@ -69,12 +81,14 @@ class Models:
 
     @cached_property
     def lm(self) -> LoadedModel:
+        from babelprobe.models import LoadedModel, load_model
+
         if isinstance(self._model, LoadedModel):
             return self._model
         return load_model(self._model, **self.load_options)
 
     def generator(self, spec: str):
-        """A `Generator` from a spec ('local' is the local model; see `core.generate.SPEC_HELP`)."""
+        """A `Generator` from a spec ('local' is the local model; see `core.options.SPEC_HELP`)."""
         from babelprobe.benchmarks.core.generate import make_generator
 
         local = spec == "local"
@@ -103,38 +117,30 @@ def benchmark_settings(name_or_module, protocol: str | None = None, **values):
     return settings_for(module.Settings, protocol, getattr(module, "PROTOCOLS", {}), **values)
 
 
-# ---------------------------------------------------------------------------------------------- running
+# --------------------------------------------------------------------------------------------- summaries
 
-@dataclasses.dataclass
-class BenchmarkRun:
-    rows: pd.DataFrame
-    summary: pd.DataFrame
-    out: Path
-    identity: dict
+def metric_row(cell: dict, metric: str, value, ci_low=math.nan, ci_high=math.nan, n=0, interval: str = "",
+               **extra) -> dict:
+    """One row of a benchmark's long summary: the columns naming the `cell`, then `metric`, `value`, its
+    95% interval `ci_low`, `ci_high`, the count `n` it rests on and `interval` (how the interval was
+    made: "wilson", "bootstrap over ...", "" for none), then `extra` columns (e.g. `k`). Takes the
+    result of `stats.proportion` as keywords: `metric_row(cell, "accuracy", **proportion(...))`."""
+    return {**cell, "metric": metric, "value": float(value), "ci_low": float(ci_low), "ci_high": float(ci_high),
+            "n": int(n), "interval": interval, **extra}
 
 
-def run_benchmark(name: str, models: Models | LoadedModel | str, source: str | Path, out: str | Path,
-                  settings=None, languages: list[str] | None = None, limit: int | None = None,
-                  overwrite: bool = False, progress: bool = True) -> BenchmarkRun:
-    """Load `source`, run benchmark `name` on it and write `items.csv`, `summary.csv` and `run.json`
-    into `out`. A rerun with the same model and settings reuses what the run keeps (it resumes);
-    another model or other settings there are refused unless `overwrite`."""
-    module = benchmark(name)
-    settings = settings if settings is not None else benchmark_settings(module)
-    models = as_models(models)
-    data = module.load(source, languages=languages, limit=limit)
-    if hasattr(module, "check"):
-        module.check(data, settings)  # bad data or settings: fail before a model is loaded
-    who = models.identity(module.answerer(settings))
-    identity = {"benchmark": name, "fingerprint": who["fingerprint"], **settings_record(settings)}
-    run = open_run(out, identity, record={"model": who["model"], "data": str(source), "languages": languages,
-                                          "limit": limit}, overwrite=overwrite, outputs=(ROWS, SUMMARY),
-                   what=f"a {name} run")
-    rows = module.run(data, models, settings, out=run.path, progress=progress)
-    for column, value in (("model", who["model"]), ("fingerprint", who["fingerprint"])):
-        if column not in rows.columns:
-            rows[column] = value
-    summary = module.summarize(rows)
-    write_table(rows, run.path / ROWS)
-    write_table(summary, run.path / SUMMARY)
-    return BenchmarkRun(rows=rows, summary=summary, out=run.path, identity={**identity, "model": who["model"]})
+def wide(summary: pd.DataFrame, cell: list[str], carry: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A long summary as one row per `cell`: a column per metric (in the order they first appear), its
+    interval as `<metric>_low`, `<metric>_high` and its count as `<metric>_n`; `carry` adds columns that
+    are the same for every metric of a cell (e.g. `n_unique`). For figures and printing."""
+    table = summary.groupby([*cell, "metric"], sort=False)[["value", "ci_low", "ci_high", "n"]].first()
+    table = table.unstack("metric")
+    out = table.index.to_frame(index=False)
+    table = table.reset_index(drop=True)
+    for metric in dict.fromkeys(summary["metric"]):
+        out[metric] = table[("value", metric)]
+        out[f"{metric}_low"], out[f"{metric}_high"] = table[("ci_low", metric)], table[("ci_high", metric)]
+        out[f"{metric}_n"] = table[("n", metric)].astype("Int64")
+    if carry:
+        out = out.merge(summary.groupby(cell, sort=False)[list(carry)].first().reset_index(), on=cell, how="left")
+    return out

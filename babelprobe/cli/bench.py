@@ -1,9 +1,11 @@
 """`babelprobe bench NAME`: run a seed benchmark (StingrayBench, ECLeKTiC, multilingual self-consistency,
 Cross-Lingual Pitfalls) and `babelprobe bench pitfalls-search`, the Pitfalls weakness search.
 
-One runner for every benchmark: its flags are built from the benchmark's `Settings` dataclass (see
-`babelprobe.benchmarks.base`), so a benchmark module never sees argparse. `--protocol paper` applies the
-benchmark's paper preset; a flag that contradicts the preset is an error naming both.
+One runner for every benchmark (`bp.run_benchmark`: items.csv, summary.csv, run.json and the figure): its
+flags are built from the benchmark's `Settings` dataclass (see `babelprobe.benchmarks.base`), so a
+benchmark module never sees argparse. `--protocol paper` applies the benchmark's paper preset; a flag that
+contradicts the preset is an error naming both. Building the parser reads each benchmark's settings
+only: no torch, transformers or matplotlib until a command runs.
 """
 
 from __future__ import annotations
@@ -11,11 +13,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
-
-from babelprobe.benchmarks.base import BENCHMARKS, Models, benchmark, run_benchmark
+from babelprobe.benchmarks.base import BENCHMARKS, benchmark
 from babelprobe.bundled import bundled_sets
 from babelprobe.cli.common import (
+    add_alias,
     add_http_options,
     add_model_options,
     add_settings_options,
@@ -46,14 +47,25 @@ def register(sub) -> None:
 def add_source_options(parser, name: str) -> None:
     bundled = ", ".join(bundled_sets(name)) or "none"
     group = parser.add_argument_group("data")
-    group.add_argument("--items", "--data", dest="items", required=True, metavar="NAME|PATH",
-                       help=f"bundled sample ({bundled}), a local file or directory, or a hub id when online "
-                       "(--data is the old spelling)")
-    group.add_argument("--languages", "--langs", dest="languages", type=comma_list, metavar="LIST",
-                       help="languages or language pairs to keep (--langs is the old spelling)")
+    group.add_argument("--items", dest="items", metavar="NAME|PATH",
+                       help=f"bundled sample ({bundled}), a local file or directory, or a hub id when online")
+    group.add_argument("--languages", dest="languages", type=comma_list, metavar="LIST",
+                       help="languages or language pairs to keep")
+    add_old_spellings(group)
     group.add_argument("--limit", type=int, metavar="N", help="at most N items per language (pair)")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory (rows, summary, figure)")
     group.add_argument("--overwrite", action="store_true", help="replace a run of another model or settings in --out")
+
+
+def add_old_spellings(group) -> None:
+    """--data and --langs: the old spellings of --items and --languages, accepted and hidden."""
+    add_alias(group, "--data", "items")
+    add_alias(group, "--langs", "languages", type=comma_list)
+
+
+def require_items(args) -> None:
+    if not args.items:
+        raise BabelprobeError("--items is required (a bundled sample name, a file or a directory)")
 
 
 def add_runtime_options(parser) -> None:
@@ -66,33 +78,34 @@ def add_runtime_options(parser) -> None:
     add_http_options(parser)
 
 
-def models_from(args) -> Models:
+def models_from(args):
+    from babelprobe.benchmarks.base import Models
+
     return Models(args.model, load_options=load_options(args), http=http_options(args), batch_size=args.batch_size,
                   batch_tokens=args.batch_tokens, progress=not args.no_progress)
 
 
 def run(args) -> int:
-    from babelprobe.analysis.benchmarks import plot_benchmark
+    from babelprobe.analysis.benchmarks import run_benchmark
 
+    require_items(args)
     module = benchmark(args.benchmark_name)
     settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))
     result = run_benchmark(args.benchmark_name, models_from(args), args.items, args.out, settings,
                            languages=args.languages, limit=args.limit, overwrite=args.overwrite,
                            progress=not args.no_progress)
-    figures = plot_benchmark(args.benchmark_name, result.summary, result.out / args.benchmark_name,
-                             model=result.identity["model"], source=args.items)
     protocol = f", protocol {settings.protocol}" if hasattr(settings, "protocol") else ""
     print(f"{module.TITLE.split(':')[0]} ({args.items}), {result.identity['model']}{protocol}:")
     print(module.format_summary(result.summary))
     print(f"wrote {len(result.rows)} rows to {result.out / 'items.csv'}, {result.out / 'summary.csv'}, "
-          f"{figures[-1] if figures else '(no figure)'}")
+          f"{result.figures[-1] if result.figures else '(no figure)'}")
     return 0
 
 
 # ------------------------------------------------------------------------------------- pitfalls-search
 
 def add_search_parser(names) -> None:
-    from babelprobe.benchmarks.pitfalls.search import SearchSettings
+    from babelprobe.benchmarks.pitfalls.settings import SearchSettings
 
     search = names.add_parser(
         "pitfalls-search", help="Cross-Lingual Pitfalls: beam search for questions a model fails only in the "
@@ -101,9 +114,10 @@ def add_search_parser(names) -> None:
         "each --languages target language; writes OUT/<Language>.json, loadable by `bench pitfalls --items OUT`.")
     add_model_options(search)
     group = search.add_argument_group("data")
-    group.add_argument("--items", "--data", dest="items", required=True, metavar="PATH", help="English source questions")
-    group.add_argument("--languages", "--langs", dest="languages", type=comma_list, metavar="LIST",
+    group.add_argument("--items", dest="items", metavar="PATH", help="English source questions")
+    group.add_argument("--languages", dest="languages", type=comma_list, metavar="LIST",
                        help="target languages by English name, e.g. Chinese,French (required)")
+    add_old_spellings(group)
     group.add_argument("--limit", type=int, metavar="N", help="at most N seed questions")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
     group.add_argument("--overwrite", action="store_true", help="replace a search of another model in --out")
@@ -120,8 +134,11 @@ def add_search_parser(names) -> None:
 
 
 def run_search(args) -> int:
+    import numpy as np
+
     from babelprobe.benchmarks.pitfalls.search import SearchSettings, search_languages
 
+    require_items(args)
     if not args.languages:
         raise BabelprobeError("pitfalls-search needs --languages: the target languages by English name, e.g. "
                               "Chinese,French")

@@ -132,16 +132,18 @@ def add_settings_options(parser, cls, title: str | None = None, presets: dict | 
             action = argparse.BooleanOptionalAction if default else "store_true"
             group.add_argument(name, action=action, help=help_text, **common)
         else:
-            kind = _flag_type(field, default)
-            group.add_argument(name, type=kind, choices=field.metadata.get("choices"),
-                               metavar=field.metadata.get("metavar"), help=help_text, **common)
+            group.add_argument(name, type=_flag_type(field, default), choices=field.metadata.get("choices"),
+                               metavar=field.metadata.get("metavar"), help=help_text, **_const(field), **common)
         for alias in field.metadata.get("aliases", ()):
-            if isinstance(default, bool):
-                group.add_argument(alias, action="store_false" if alias.startswith("--no-") else "store_true",
+            alias, constant, value = alias.partition("=")
+            if constant:  # an old flag without a value, standing for one value of the new flag
+                group.add_argument(alias, action="store_const", const=value, help=argparse.SUPPRESS, **common)
+            elif isinstance(default, bool):
+                group.add_argument(alias, action="store_true" if not alias.startswith("--no-") else "store_false",
                                    help=argparse.SUPPRESS, **common)
             else:
                 group.add_argument(alias, type=_flag_type(field, default), choices=field.metadata.get("choices"),
-                                   help=argparse.SUPPRESS, **common)
+                                   help=argparse.SUPPRESS, **_const(field), **common)
 
 
 def add_alias(parser, alias: str, dest: str, **options) -> None:
@@ -157,7 +159,18 @@ def settings_from(args, cls, presets: dict | None = None, **extra):
     return settings_for(cls, getattr(args, "protocol", None), presets, **given, **extra)
 
 
+def _const(field) -> dict:
+    """A flag whose field declares `const` may be given without a value (`--chat-template` = on)."""
+    return {"nargs": "?", "const": field.metadata["const"]} if "const" in field.metadata else {}
+
+
 def _flag_type(field, default):
+    parse, old = _value_type(field, default), field.metadata.get("values")
+    # old values are read as the new ones before argparse checks the choices
+    return (lambda text: old.get(text, parse(text))) if old else parse
+
+
+def _value_type(field, default):
     if field.metadata.get("type"):
         return field.metadata["type"]
     if isinstance(default, tuple):

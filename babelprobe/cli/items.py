@@ -1,9 +1,11 @@
-"""`babelprobe items list` and `babelprobe items show NAME|PATH`: what item sets exist and what is in one."""
+"""`babelprobe items list`, `babelprobe items show NAME|PATH` (what item sets exist and what is in one) and
+`babelprobe items convert BRIDGE SRC --out F` (a MultiBLiMP, Belebele, XNLI or PAWS-X release as items)."""
 
 from __future__ import annotations
 
+from babelprobe.benchmarks.bridges import BRIDGES
 from babelprobe.bundled import BUNDLED
-from babelprobe.cli.common import add_items_options, items_from
+from babelprobe.cli.common import add_items_options, comma_list, items_from
 
 
 def register(sub) -> None:
@@ -16,6 +18,27 @@ def register(sub) -> None:
     show.add_argument("--rows", type=int, default=8, help="number of rows to print (default 8)")
     add_items_options(show, items=False)
     show.set_defaults(func=run_show)
+    convert = verbs.add_parser("convert", help="a benchmark's release (multiblimp, belebele, xnli, pawsx) as items, "
+                               "one per answer option (docs/datasets.md)")
+    convert.add_argument("bridge", choices=BRIDGES, metavar="BRIDGE", help=", ".join(BRIDGES))
+    convert.add_argument("source", metavar="NAME|PATH", help="bundled sample (multiblimp-sample, ...), a file or "
+                         "directory in the release's layout, or hf:ID[:CONFIG] when online")
+    convert.add_argument("--out", required=True, metavar="FILE", help="items file to write (.jsonl .json .csv .parquet)")
+    convert.add_argument("--languages", type=comma_list, metavar="LIST", help="configs or languages to keep")
+    convert.add_argument("--limit", type=int, metavar="N", help="at most N questions per language")
+    convert.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    convert.set_defaults(func=run_convert)
+
+
+def run_convert(args) -> int:
+    from babelprobe.benchmarks.bridges import convert
+
+    items = convert(args.bridge, args.source, args.out, languages=args.languages, limit=args.limit,
+                    overwrite=args.overwrite)
+    counts = items.groupby("language")["pair_id"].nunique()
+    print(f"{args.source}: {items['pair_id'].nunique()} questions ({', '.join(f'{k} {v}' for k, v in counts.items())}), "
+          f"{len(items)} items (one per option); wrote {args.out}")
+    return 0
 
 
 def run_list(args) -> int:
@@ -28,6 +51,7 @@ def run_list(args) -> int:
             records, command = load_items(name), "score/extract/compare"
         else:
             records, command = benchmark(bundled.benchmark).load(name), f"bench {bundled.benchmark}"
+            records = getattr(records, "frame", records)  # what a `prepare` step takes holds the frame read
         rows.append((name, command, str(len(records)), str(len(_languages(records))), bundled.description))
     name_width, command_width = (max(len(row[column]) for row in rows) for column in (0, 1))
     for name, command, records, languages, description in rows:

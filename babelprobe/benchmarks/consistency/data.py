@@ -2,7 +2,8 @@
 bundled samples, babelprobe's item records, PAWS-X and XNLI as released or exported to the hub (a file, a
 directory of test files or `hf:NAME:CONFIG`). `prepare` chooses the task and source language, attaches
 the other languages' rows as reference translations, chooses the target languages and keeps the records
-that cannot be scored aside with their reason (`Data`). `load_consistency` does both for a notebook."""
+that cannot be scored aside with their reason (`Data`). `load` (the benchmark contract's) only reads, and
+`prepare` applies the settings; `load_consistency` does both for a notebook."""
 
 from __future__ import annotations
 
@@ -139,10 +140,38 @@ class Data:
     targets: list[str]
 
 
-def prepare(frame: pd.DataFrame, settings: Settings, targets: list[str] | None = None,
+@dataclass(frozen=True)
+class Records:
+    """What the benchmark contract's `load` read: the records as read (`read_source`), and the target
+    languages and the number of source items asked for, which `prepare` applies: they depend on the
+    source language, a setting."""
+
+    frame: pd.DataFrame
+    targets: tuple[str, ...] = ()
+    limit: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def load(source: str | Path, languages: list[str] | None = None, limit: int | None = None) -> Records:
+    """The benchmark contract's loader: the records of `source` as read (`read_source`); `languages` are
+    the target languages (default: those with references) and `limit` the number of source items, both
+    applied by `prepare` with the settings (broken records are counted over the whole file, whatever the
+    limit)."""
+    return Records(read_source(str(source)), tuple(languages or ()), limit)
+
+
+def prepare(data: Records | pd.DataFrame, settings: Settings, targets: list[str] | None = None,
             limit: int | None = None) -> Data:
-    """Choose the task and source language, skip (and keep count of) records that cannot be scored,
-    attach the other languages' rows as references, keep the first `limit` source items."""
+    """The benchmark contract's `prepare`: choose the task and source language, skip (and keep count of)
+    records that cannot be scored, attach the other languages' rows as references, keep the first
+    `limit` source items. `data` is what `load` returned (its targets and limit unless others are
+    given) or a frame of records (`read_source`)."""
+    if isinstance(data, Records):
+        targets, limit = targets or list(data.targets) or None, data.limit if limit is None else limit
+        data = data.frame
+    frame = data
     spec = load_spec(settings.spec)
     task = get_task(_task_name(frame, settings, spec), spec)
     prompts = load_prompts(settings.instructions, settings.prompts)

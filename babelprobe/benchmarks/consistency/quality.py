@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from babelprobe.benchmarks.base import metric_row
 from babelprobe.benchmarks.consistency.answers import UNSPACED
 from babelprobe.benchmarks.consistency.settings import COMET_MODEL
 from babelprobe.errors import BabelprobeError
@@ -114,13 +115,13 @@ def corpus_translation_quality(rows: pd.DataFrame) -> pd.DataFrame:
             if not scored:
                 continue
             hyps, refs = [h for h, _ in scored], [r for _, r in scored]
-            cell = {"language": lang, "condition": "", "group": scope, "n": len(hyps)}
-            out.append({"metric": "bleu", **cell,
-                        "value": sacrebleu.corpus_bleu(hyps, [refs], tokenize=bleu_tokenizer(lang)).score})
-            out.append({"metric": "chrf", **cell, "value": sacrebleu.corpus_chrf(hyps, [refs]).score})
+            cell, n = {"language": lang, "condition": "", "group": scope}, len(hyps)
+            out.append(metric_row(cell, "bleu", sacrebleu.corpus_bleu(hyps, [refs], tokenize=bleu_tokenizer(lang)).score,
+                                  n=n))
+            out.append(metric_row(cell, "chrf", sacrebleu.corpus_chrf(hyps, [refs]).score, n=n))
             if scope == "input":
-                out += [{"metric": name, **cell, "value": value} for name, value in rouge_scores(hyps, refs).items()]
+                out += [metric_row(cell, name, value, n=n) for name, value in rouge_scores(hyps, refs).items()]
         if "comet" in part and part["comet"].notna().any():
-            out.append({"metric": "comet", "language": lang, "condition": "", "group": "input",
-                        "n": int(part["comet"].notna().sum()), "value": float(part["comet"].mean())})
+            out.append(metric_row({"language": lang, "condition": "", "group": "input"}, "comet",
+                                  part["comet"].mean(), n=part["comet"].notna().sum()))
     return pd.DataFrame(out)

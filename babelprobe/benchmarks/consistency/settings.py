@@ -1,13 +1,16 @@
 """The settings of the self-consistency benchmark: `Settings` (recorded in run.json; `babelprobe bench
 consistency` makes one flag per field) and `PROTOCOLS`, the `paper` preset (§3.1-§3.3). The lowest module
-of the package: the others import it, it imports none of them."""
+of the package: the others import it, it imports none of them, nor torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from babelprobe.benchmarks.core.generate import SPEC_HELP
-from babelprobe.settings import option
+from babelprobe.benchmarks.core.options import CHAT_TEMPLATE, CHAT_TEMPLATE_VALUES, SPEC_HELP
+from babelprobe.settings import at_least, one_of, option, resolve_values
+
+NAME = "consistency"
+TITLE = "multilingual self-consistency (Ohmer, Bruni & Hupkes)"
 
 COMET_MODEL = "Unbabel/wmt22-comet-da"  # §3.3, footnote 4
 
@@ -52,9 +55,10 @@ class Settings:
     answer_tokens: int = option(8, budget=True, help="bound on each generated answer, in tokens")
     first_line: bool = option(True,
         help="keep only the first line of every translation and answer (stops generating there)")
-    chat_template: bool = option(False,
-        help="local generators: send each prompt as the user turn of the model's chat template "
-        "(instruction-tuned local models; the paper's model was a chat model)")
+    chat_template: str = option("off", choices=CHAT_TEMPLATE, values=CHAT_TEMPLATE_VALUES, const="on",
+        aliases=("--no-chat-template=off",),
+        help="local generators: send each prompt as the user turn of the model's chat template: off, auto (when "
+        "the model has one), on (instruction-tuned local models; the paper's model was a chat model)")
     comet: bool = option(False,
         help=f"also score translations with COMET-22 ({COMET_MODEL}; needs the 'comet' extra and downloads "
         "the model)")
@@ -64,3 +68,13 @@ class Settings:
         metavar="FILE.tsv", help="task instructions instead of data/prompts/consistency_instructions.tsv")
     prompts: str | None = option(None,
         metavar="FILE.tsv", help="prompt templates instead of data/prompts/consistency_prompts.tsv")
+
+    def __post_init__(self):
+        resolve_values(self)
+        one_of(self, "answer", ("likelihood", "generate"))
+        one_of(self, "translation_prompt", ("oneshot", "paper"))
+        one_of(self, "baseline", ("paraphrase", "rerun", "both", "none"))
+        one_of(self, "chat_template", CHAT_TEMPLATE)
+        at_least(self, "temperature", 0.0)
+        at_least(self, "max_new_tokens", 1)
+        at_least(self, "answer_tokens", 1)

@@ -51,13 +51,11 @@ from typing import Protocol, runtime_checkable
 import torch
 from tqdm.auto import tqdm
 
+from babelprobe.benchmarks.core.options import CHAT_TEMPLATE, SPEC_HELP
 from babelprobe.errors import BabelprobeError
 from babelprobe.models import LoadedModel, pad_batch
 from babelprobe.runs import JsonlMemo
 
-SPEC_HELP = ("'local' (the --model), 'local:SPEC' (another local model, e.g. a bigger one), "
-             "'openai:MODEL@URL' (chat completions) or 'openai-completions:MODEL@URL' (plain completions) "
-             "of an OpenAI-compatible server, e.g. openai:gpt-4o-mini@https://api.openai.com/v1")
 MAX_RETRY_AFTER = 60.0  # seconds; a server asking for longer is waited for this long, then asked again
 
 
@@ -190,6 +188,26 @@ def local_generator(lm: LoadedModel, batch_size: int = 8, chat_template: bool = 
                     progress: bool = False) -> LocalGenerator:
     """Greedy batched generation with `lm`; `chat_template` wraps each prompt as a user turn (instruct models)."""
     return LocalGenerator(lm, batch_size=batch_size, chat_template=chat_template, progress=progress)
+
+
+def with_chat_template(generator: Generator, mode: str) -> Generator:
+    """`generator` with each prompt sent as the user turn of its model's chat template, as `mode` says
+    (`CHAT_TEMPLATE`): off, as it is; auto, a local generator whose model has a chat template; on, a local
+    generator (a model without a template: an error). A non-local generator stays as it is under auto
+    (an `openai:` chat endpoint sends a user turn by itself) and is an error under on."""
+    if mode not in CHAT_TEMPLATE:
+        raise BabelprobeError(f"--chat-template: unknown value {mode!r}; use {', '.join(CHAT_TEMPLATE)}")
+    if mode == "off" or getattr(generator, "chat_template", False):
+        return generator
+    if not isinstance(generator, LocalGenerator):
+        if mode == "on":
+            raise BabelprobeError(f"--chat-template on applies to local generators, not {generator.name!r} "
+                                  "(openai: chat endpoints always send a user turn); use --chat-template auto or off")
+        return generator
+    if mode == "auto" and not getattr(generator.lm.tokenizer, "chat_template", None):
+        return generator
+    return local_generator(generator.lm, batch_size=generator.batch_size, chat_template=True,
+                           progress=generator.progress)
 
 
 # ----------------------------------------------------------------------------------------------- openai

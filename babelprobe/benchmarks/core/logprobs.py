@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from babelprobe.benchmarks.core.options import REDUCTIONS
 from babelprobe.errors import BabelprobeError
 from babelprobe.models import Encoding, LoadedModel, length_batches, pad_batch
 
@@ -44,9 +45,6 @@ class TokenLogprobs:
     @property
     def n_tokens(self) -> int:
         return len(self.ids)
-
-
-REDUCTIONS = ("sum", "mean", "per_char", "per_byte")
 
 
 def reduce(scored: TokenLogprobs, span: str, reduction: str) -> float:

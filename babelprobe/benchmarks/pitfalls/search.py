@@ -63,53 +63,18 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from babelprobe.benchmarks.pitfalls import (
+from babelprobe.benchmarks.pitfalls.prompts import (
     format_choices,
     format_prompt,
     load_prompts,
     load_templates,
-    simulation_score,
     template_for,
 )
+from babelprobe.benchmarks.pitfalls.settings import SearchSettings
+from babelprobe.benchmarks.pitfalls.summary import simulation_score
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import language_code, separator
 from babelprobe.models import LoadedModel
-from babelprobe.settings import option
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """The search's parameters; defaults are the paper's (§2.4, App. B.1)."""
-
-    width: int = option(12, help="w: questions kept in the beam")
-    depth: int = option(4, help="d1: depth searched while nothing promising was found")
-    max_depth: int = option(6, help="d2: depth allowed once a child reaches θpot")
-    potential: float = option(0.6, help="θpot")
-    inclusion: float = option(0.8, help="θinc")
-    redundancy: int = option(3, help="r: candidates kept per seed question")
-    gamma: float = option(2.0, help="γ of the simulation score")
-    english_min: float = option(1.0,
-        help="1 − ε: English accuracy a question must keep (released code: every model right)")
-    batch_size: int = option(4, flag="--seeds-per-batch", help="W: seed questions searched together")
-    max_new_tokens: int = option(1024, budget=True, help="longest perturbation, translation or check (App. B.1: 1,024)")
-    perturb_temperature: float = option(0.7, help="sampling temperature of the perturber (App. B.1: 0.7)")
-    seed: int = option(0, help="sampling seed of the perturber")
-    similarity: str = option("none", metavar="SPEC",
-        help="semantic check of Eq. 4: none, llm:GENERATOR (a judge LLM) or embedding:MODEL (cosine of an encoder's "
-        "mean-pooled states)")
-    theta: float = option(0.5, help="θ: least similarity of the perturbed English question to the original")
-    theta_cross: float = option(0.5, flag="--theta-prime",
-        help="θ': least similarity of the target-language question to the English one")
-    templates: str | None = option(None, metavar="FILE",
-        help="prompt table TSV instead of the paper's App. E templates (data/prompts/pitfalls_paper.tsv)")
-
-    def __post_init__(self):
-        if min(self.width, self.redundancy, self.batch_size) < 1 or not 1 <= self.depth <= self.max_depth:
-            raise BabelprobeError(f"invalid search settings {self}: need width, redundancy, batch_size ≥ 1 and "
-                                  "1 ≤ depth ≤ max_depth")
-        if not (self.similarity == "none" or self.similarity.startswith(("llm:", "embedding:"))):
-            raise BabelprobeError(f"unknown similarity {self.similarity!r}; use none, llm:SPEC or embedding:MODEL")
-
 
 # ------------------------------------------------------------------------------------ simulation models
 
@@ -321,7 +286,7 @@ class EmbeddingSimilarity:
 
 
 def make_similarity(spec: str, models=None, templates: pd.DataFrame | None = None,
-                    settings: SearchSettings = SearchSettings(), cache: Path | None = None):
+                    settings: SearchSettings = SearchSettings(), cache: Path | None = None):  # noqa: B008 (frozen)
     """None for 'none'; a `JudgeSimilarity` for 'llm:GENERATOR'; an `EmbeddingSimilarity` for 'embedding:MODEL'."""
     if spec == "none":
         return None
@@ -360,7 +325,7 @@ def load_source_questions(path: str | Path, limit: int | None = None) -> pd.Data
     return pd.DataFrame(rows)
 
 
-def prepare_seeds(source: pd.DataFrame, target_name: str, translator, models, settings: SearchSettings = SearchSettings(),
+def prepare_seeds(source: pd.DataFrame, target_name: str, translator, models, settings: SearchSettings = SearchSettings(),  # noqa: B008 (frozen)
                   templates: pd.DataFrame | None = None, cache: Path | None = None,
                   similarity: Callable | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Keep the English seed questions every simulation model answers right in English, translate them
@@ -464,7 +429,7 @@ class SearchResult:
         return self.candidates.to_dict("records")
 
 
-def beam_search(seeds: pd.DataFrame, perturber, translator, models, settings: SearchSettings = SearchSettings(),
+def beam_search(seeds: pd.DataFrame, perturber, translator, models, settings: SearchSettings = SearchSettings(),  # noqa: B008 (frozen)
                 templates: pd.DataFrame | None = None, cache: Path | None = None, progress: bool = False,
                 similarity: Callable | None = None) -> SearchResult:
     """Run the search over `seeds` (from `prepare_seeds`, or released records with empty context) in
@@ -571,7 +536,7 @@ def _score(children: list[Node], models: list, settings: SearchSettings, similar
         child.value = float(simulation_score(child.rate_ori, rate, settings.gamma))
 
 
-def direct_perturbation(seeds: pd.DataFrame, perturber, translator, models, settings: SearchSettings = SearchSettings(),
+def direct_perturbation(seeds: pd.DataFrame, perturber, translator, models, settings: SearchSettings = SearchSettings(),  # noqa: B008 (frozen)
                         templates: pd.DataFrame | None = None, cache: Path | None = None) -> pd.DataFrame:
     """The DP baseline of §3.2 (Table 1): each seed perturbed once with App. E's "Template for Adding
     Direct Perturbation" (no search), the new question translated, β^E, β^T and V scored; `converted` is
@@ -607,7 +572,7 @@ def direct_perturbation(seeds: pd.DataFrame, perturber, translator, models, sett
 
 # ------------------------------------------------------------------------------------- expanded pairs
 
-def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, settings: SearchSettings = SearchSettings(),
+def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, settings: SearchSettings = SearchSettings(),  # noqa: B008 (frozen)
                  templates: pd.DataFrame | None = None, cache: Path | None = None, per_language: int | None = None,
                  sample_seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The expanded pairs of §3.3 (App. B.2): for every seed language y among `questions` (rows of
@@ -653,7 +618,7 @@ def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, sett
 def cross_evaluate(models: list, pairs: pd.DataFrame, reduction: str = "per_byte") -> pd.DataFrame:
     """Likelihood evaluation rows of expanded pairs (their perturbed target-language question) for every
     model in `models` (LoadedModels), concatenated; `pitfalls.affinity_accuracy` averages them over models."""
-    from babelprobe.benchmarks.pitfalls import score_pitfalls
+    from babelprobe.benchmarks.pitfalls.answers import score_pitfalls
 
     if isinstance(models, LoadedModel):
         models = [models]

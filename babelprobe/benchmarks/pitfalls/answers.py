@@ -1,0 +1,194 @@
+"""Cross-Lingual Pitfalls answers: every variant of every question by likelihood of its choices
+(`score_pitfalls`) or by the paper's protocol, chain of thought then an extractor (`answer_cot`,
+`parse_choice`), and the benchmark contract's `check`, `run` and `answerer`."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from babelprobe.benchmarks.base import as_models
+from babelprobe.benchmarks.core.choices import option_scores
+from babelprobe.benchmarks.core.generate import with_chat_template
+from babelprobe.benchmarks.core.options import REDUCTIONS
+from babelprobe.benchmarks.pitfalls.data import COUNTS, unwrap_quotes
+from babelprobe.benchmarks.pitfalls.prompts import (
+    VARIANTS,
+    build_requests,
+    format_choices,
+    load_prompts,
+    load_templates,
+    template_for,
+    variant_rows,
+)
+from babelprobe.benchmarks.pitfalls.settings import METHODS, NAME, Settings
+from babelprobe.errors import BabelprobeError
+from babelprobe.models import LoadedModel, load_model
+from babelprobe.runs import score_resumably
+from babelprobe.settings import settings_record
+from babelprobe.tables import write_table
+
+CHUNK_QUESTIONS = 32  # questions scored between two checkpoints of a resumable run
+
+
+def score_pitfalls(model: LoadedModel | str, questions: pd.DataFrame, reduction: str = "per_byte",
+                   prompts: pd.DataFrame | None = None, batch_tokens: int = 4096, progress: bool = True,
+                   share_prefix: bool = True, variants: tuple[tuple[str, str], ...] = tuple(VARIANTS),
+                   memo: dict | None = None) -> pd.DataFrame:
+    """Answer every variant of every question by likelihood; one row per question × variant with the
+    choice scores, the chosen and gold index and `correct` (method 'likelihood'). `memo` (a dict kept
+    across calls) holds the scores of prompts already asked: the released sets repeat their original
+    questions, so each distinct prompt is scored once."""
+    if reduction not in REDUCTIONS:
+        raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
+    lm = load_model(model) if isinstance(model, str) else model
+    requests = build_requests(questions, prompts, variants)
+    memo = {} if memo is None else memo
+    keys = [(p, tuple(o)) for p, o in zip(requests["prompt"], requests["options"], strict=True)]
+    new = list(dict.fromkeys(k for k in keys if k not in memo))
+    if new:
+        fresh = option_scores(lm, [p for p, _ in new], [list(o) for _, o in new], reduction=reduction,
+                              share_prefix=share_prefix, batch_tokens=batch_tokens, progress=progress)
+        memo.update(zip(new, fresh, strict=True))
+    scores = [memo[k] for k in keys]
+    rows = requests.drop(columns=["prompt", "options"])
+    rows.insert(4, "method", METHODS["likelihood"])
+    rows["n_choices"] = [len(o) for o in requests["options"]]
+    rows["predicted"] = [int(np.argmax(s)) for s in scores]
+    rows["correct"] = rows["predicted"] == rows["gold"]
+    rows["scores"] = [json.dumps([round(float(x), 6) for x in s]) for s in scores]
+    rows["reduction"] = reduction
+    rows["model"] = lm.name
+    rows["fingerprint"] = lm.fingerprint
+    return rows
+
+
+def answer_cot(questions: pd.DataFrame, generator, extractor=None, templates: pd.DataFrame | None = None,
+               max_new_tokens: int = 1024, cache: str | Path | None = None, progress: bool = True,
+               variants: tuple[tuple[str, str], ...] = tuple(VARIANTS)) -> pd.DataFrame:
+    """The paper's answering protocol (App. E): `generator` answers each variant zero-shot with chain of
+    thought ("Template for Answering ... Questions (Zero-Shot + CoT)" in the question's language, the
+    English one where App. E has none), then `extractor` (default: the generator) picks its final answer
+    from the choices ("Template for Extracting Answer"). A pick that is not exactly one of the choices is
+    wrong, as in the released code. Generations go through the resumable `cache` (JSONL) when given.
+    One row per question × variant (method 'cot-extract') with the response, the extraction and `correct`."""
+    from babelprobe.benchmarks.core.generate import generate_cached
+
+    templates = load_templates() if templates is None else templates
+    extractor = extractor or generator
+    rows = variant_rows(questions, variants)
+    asked = [template_for(templates, "answer", lang) for lang in rows["language"]]
+    prompts = [t.format(question=q, choices=format_choices(c))
+               for (t, _), q, c in zip(asked, rows["question"], rows["choices"], strict=True)]
+    responses = generate_cached(generator, prompts, cache, max_new_tokens=max_new_tokens, progress=progress,
+                                desc="answering")
+    extract, _ = template_for(templates, "extract", "en")
+    picks = generate_cached(extractor, [extract.format(question=q, answer=r, choices=format_choices(c))
+                                        for q, r, c in zip(rows["question"], responses, rows["choices"], strict=True)],
+                            cache, max_new_tokens=max_new_tokens, progress=progress, desc="extracting")
+    parsed = [parse_choice(p, c) for p, c in zip(picks, rows["choices"], strict=True)]
+    rows.insert(4, "method", METHODS["generate"])
+    rows["template_language"] = [lang for _, lang in asked]
+    rows["n_choices"] = rows["choices"].map(len)
+    rows["response"], rows["extraction"] = responses, picks
+    rows["extracted"] = [text for _, text in parsed]
+    rows["predicted"] = [index for index, _ in parsed]
+    rows["correct"] = rows["predicted"] == rows["gold"]
+    rows["generator"], rows["extractor"] = generator.name, extractor.name
+    rows["choices"] = rows["choices"].map(lambda c: json.dumps(c, ensure_ascii=False))
+    return rows
+
+
+def parse_choice(output: str, choices: list[str]) -> tuple[int, str]:
+    """(index of the chosen option or −1, the extracted text) from an extractor's output
+    `{"final_answer": ...}` (JSON, or the template's unquoted form). The pick must be one of the choices
+    exactly, or after removing surrounding spaces and quotes; anything else is −1 (counted wrong)."""
+    text = re.sub(r"^```(?:json)?|```$", "", output.strip()).strip()
+    picked = None
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        try:
+            value = json.loads(text[start:end + 1])
+            picked = value.get("final_answer") if isinstance(value, dict) else None
+        except json.JSONDecodeError:
+            pass
+    if picked is None:
+        match = re.search(r'"?final_answer"?\s*:\s*(.*?)\s*(?:}|$)', text, re.S)
+        picked = match.group(1) if match else None
+    if picked is None:
+        return -1, ""
+    picked = str(picked)
+    if picked in choices:
+        return choices.index(picked), picked
+    cleaned = [unwrap_quotes(c) for c in choices]
+    return (cleaned.index(unwrap_quotes(picked)) if unwrap_quotes(picked) in cleaned else -1), picked
+
+
+def _generator(models, spec: str, chat_template: str):
+    """A generator by spec; a local one through its model's chat template as `chat_template` says
+    (instruction-tuned local models); other generators as they are."""
+    generator = models.generator(spec)
+    return with_chat_template(generator, chat_template) if spec.startswith("local") else generator
+
+
+def run(data: pd.DataFrame, models, settings: Settings = Settings(), out: Path | None = None,  # noqa: B008 (frozen)
+        progress: bool = True) -> pd.DataFrame:
+    """The benchmark contract's run: every variant of every question, by likelihood (in chunks of questions
+    kept in `out`, so an interrupted run resumes) or by the paper's protocol (generations kept in
+    `out/generations.jsonl`). Writes `load-report.csv` (records read/normalised/skipped per language, and
+    every skipped record with its reason) into `out`."""
+    models = as_models(models)
+    if out is not None and "load_report" in data.attrs:
+        write_table(_load_table(data), Path(out) / "load-report.csv")
+    if settings.answer == "generate":
+        answerer_ = _generator(models, settings.generator, settings.chat_template)
+        extractor = answerer_ if settings.extractor == "generator" else _generator(models, settings.extractor,
+                                                                                     settings.chat_template)
+        rows = answer_cot(data, answerer_, extractor, load_templates(settings.templates),
+                          max_new_tokens=settings.max_new_tokens,
+                          cache=Path(out) / "generations.jsonl" if out is not None else None, progress=progress)
+    else:
+        prompts, memo = load_prompts(settings.prompts), {}
+
+        def score(chunk: pd.DataFrame) -> pd.DataFrame:
+            return score_pitfalls(models.lm, chunk, reduction=settings.reduction, prompts=prompts,
+                                  batch_tokens=models.batch_tokens, progress=False, memo=memo)
+
+        if out is None:
+            rows = score(data)
+        else:
+            key = {"benchmark": NAME, "fingerprint": models.lm.fingerprint, **settings_record(settings)}
+            rows = score_resumably(score, data, Path(out) / "items.csv", key, chunk_pairs=CHUNK_QUESTIONS,
+                                   progress=progress, desc="questions", unit="question_id")
+    rows["protocol"] = settings.protocol
+    return rows
+
+
+def _load_table(data: pd.DataFrame) -> pd.DataFrame:
+    """Per language (kind 'language') the counts, then every skipped record (kind 'skipped')."""
+    report = data.attrs["load_report"].assign(kind="language")
+    skipped = data.attrs.get("skipped", pd.DataFrame()).assign(kind="skipped")
+    table = pd.concat([report, skipped], ignore_index=True)
+    return table.astype({column: "Int64" for column in (*COUNTS, "record") if column in table})  # no 424.0
+
+
+def answerer(settings: Settings) -> str:
+    return "model" if settings.answer == "likelihood" else settings.generator
+
+
+def check(data: pd.DataFrame, settings: Settings) -> None:
+    """Prompt tables load and have what the questions need, before any model is loaded."""
+    if settings.answer == "generate":
+        templates = load_templates(settings.templates)
+        for name in ("answer", "extract"):
+            template_for(templates, name, "en")
+    else:
+        prompts = load_prompts(settings.prompts)
+        for language in sorted({"en", *data["language"]}):
+            if language not in prompts.index:
+                raise BabelprobeError(f"no Cross-Lingual Pitfalls prompt for language {language!r} in "
+                                      f"{settings.prompts or 'pitfalls.tsv'}; add a line for it")
