@@ -82,7 +82,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from timing import fastest, median_ratio, rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe.errors import BabelprobeError  # noqa: E402
-from babelprobe.probes import ArrayStore, sweep, synthetic_activations  # noqa: E402
+from babelprobe.probes import ArrayStore, probe, synthetic_activations  # noqa: E402
 from babelprobe.probes.solvers import fit_predict, single_threaded  # noqa: E402
 
 
@@ -123,9 +123,9 @@ def compare_solvers(args) -> None:
     print(f"store: {what}; {n_groups} groups, {len(store.keys)} items, layers {store.layers[0]}..{store.layers[-1]}, "
           f"d_model {store.d_model}; {args.threads} thread(s)")
     common = dict(folds=5, n_boot=0, seed=args.seed)
-    sweep(store, layers=[0], **common)  # warm up: imports, first calls
-    results = rounds({"torch": lambda: sweep(store, solver="torch", **common),
-                      "sklearn": lambda: sweep(store, solver="sklearn", n_jobs=args.threads, **common)}, args.repeat)
+    probe(store, layers=[0], **common)  # warm up: imports, first calls
+    results = rounds({"torch": lambda: probe(store, solver="torch", **common),
+                      "sklearn": lambda: probe(store, solver="sklearn", n_jobs=args.threads, **common)}, args.repeat)
     best = fastest(results)
     (torch_result, torch_s, torch_cpu), (sk_result, sk_s, sk_cpu) = best["torch"], best["sklearn"]
     print(f"torch   (batched Newton)        {torch_s:8.2f} s wall {torch_cpu:8.2f} s CPU   (fastest of {args.repeat})")
@@ -145,8 +145,8 @@ def compare_solvers(args) -> None:
         part = store.keys["item_id"].isin(rows).to_numpy()
         small = ArrayStore(store.keys[part], last=store.read_layers(rows=np.flatnonzero(part)), layers=store.layers,
                            n_layers=store.n_layers)
-        small_results = rounds({"torch": lambda: sweep(small, solver="torch", **common),
-                                "tight": lambda: sweep(small, solver="sklearn", tol=1e-6, n_jobs=args.threads,
+        small_results = rounds({"torch": lambda: probe(small, solver="torch", **common),
+                                "tight": lambda: probe(small, solver="sklearn", tol=1e-6, n_jobs=args.threads,
                                                        **common)}, args.repeat)
         small_best = fastest(small_results)
         (_, small_torch_s, _), (tight, tight_s, _) = small_best["torch"], small_best["tight"]
@@ -337,10 +337,10 @@ def scale_row(store, what: str, args) -> dict:
     groups = store.keys.groupby(["language", "subset"]).ngroups
     print(f"\n{what}: {groups} group(s) × {len(store.layers)} layers, d_model {store.d_model}", flush=True)
     common = dict(folds=5, n_boot=0, seed=args.seed)
-    sweep(store, layers=[store.layers[0]], **common)  # warm up: first calls of this shape
-    runs = {"torch": lambda: sweep(store, solver="torch", **common),
-            "sklearn": lambda: sweep(store, solver="sklearn", max_iter=10_000, n_jobs=args.threads, **common),
-            "converged": lambda: sweep(store, solver="sklearn", tol=1e-6, max_iter=10_000, n_jobs=args.threads,
+    probe(store, layers=[store.layers[0]], **common)  # warm up: first calls of this shape
+    runs = {"torch": lambda: probe(store, solver="torch", **common),
+            "sklearn": lambda: probe(store, solver="sklearn", max_iter=10_000, n_jobs=args.threads, **common),
+            "converged": lambda: probe(store, solver="sklearn", tol=1e-6, max_iter=10_000, n_jobs=args.threads,
                                        **common)}  # max_iter: each runs to its tolerance (1000 cuts 1e-6 short)
     results, fits = timed_sweeps(store, runs, args.repeat)
     best = fastest(results)
@@ -381,7 +381,7 @@ def scale_row(store, what: str, args) -> dict:
 
 def scale_table(args) -> None:
     """The speed-up from the bundled sample's size to research scale, torch against scikit-learn."""
-    print(f"protocol: sweep(folds=5 grouped, n_boot=0, no controls), the all-items probe kept; torch: --threads "
+    print(f"protocol: probe(folds=5 grouped, n_boot=0, no controls), the all-items probe kept; torch: --threads "
           f"{args.threads} (groups side by side, or one group's layers in threads); scikit-learn: n_jobs="
           f"{args.threads} processes over layers, BLAS one thread each; {args.repeat} round(s), turns alternating; "
           "times: the fastest round; speed-up: median of the within-round ratios", flush=True)
@@ -389,7 +389,7 @@ def scale_table(args) -> None:
     if args.spectrum_from:
         spectrum, summary = store_spectrum(args.spectrum_from)
         print(summary, flush=True)
-    sweep(scale_store(40, 16, 1, 0)[0], solver="sklearn", n_jobs=args.threads, n_boot=0)  # start the worker processes
+    probe(scale_store(40, 16, 1, 0)[0], solver="sklearn", n_jobs=args.threads, n_boot=0)  # start the worker processes
     table = []
     for size in args.sizes.split(","):
         n, d = (int(v) for v in size.lower().split("x"))

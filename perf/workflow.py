@@ -420,10 +420,10 @@ def baseline_runs(lm, items, tmp: Path, args, device) -> dict:
            "extract": bare_forward(lm, items["text"].tolist(), args.batch_tokens, False, device)}
     stores = sorted(tmp.glob("compare-*/acts"))
     if not args.no_sklearn and stores:
-        from babelprobe.probes import sweep
+        from babelprobe.probes import probe
 
         with Meter(device) as meter:
-            sweep(stores[0], folds=folds(args), solver="sklearn", items=items, progress=False)
+            probe(stores[0], folds=folds(args), solver="sklearn", items=items, progress=False)
         out["probe"] = (meter.seconds, 0)
     return out
 

@@ -21,7 +21,7 @@ from babelprobe.cli import main
 from babelprobe.interventions import Erase, Intervention, Project, Steer, fit_leace, intervene, pooled_states
 from babelprobe.interventions.directions import ProbeSource
 from babelprobe.items import load_items
-from babelprobe.probes import ArrayStore, sweep
+from babelprobe.probes import ArrayStore, probe
 from babelprobe.probes.weights import Probes
 from babelprobe.tables import read_table
 from tests.tiny import tiny_lm
@@ -213,7 +213,7 @@ def test_steering_a_planted_direction_moves_the_scores_by_the_predicted_amount(t
 def fitted_source(lm, items: pd.DataFrame, layers=(1, 2)) -> ProbeSource:
     X = pooled_states(lm, items["text"].tolist(), list(layers))
     keys = items[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
-    result = sweep(ArrayStore(keys, last=X, layers=list(layers), n_layers=lm.n_layers), folds=2, n_boot=20, workers=1)
+    result = probe(ArrayStore(keys, last=X, layers=list(layers), n_layers=lm.n_layers), folds=2, n_boot=20, workers=1)
     return ProbeSource(result.probes, result.table, result.peaks, Path("fitted"), "fitted")
 
 
@@ -311,7 +311,7 @@ def probe_dir(tmp_path_factory, tiny_long_dir):
     extract(load_model(str(tiny_long_dir)), items, root / "acts", layers="0-3", progress=False,
             source={"source": "xcomps-sample", "languages": ["en", "de"], "subsets": ["taxonomic", "random"],
                     "limit": 3})
-    sweep(root / "acts", folds=3, n_boot=20, workers=1).write(root / "neuro.csv")
+    probe(root / "acts", folds=3, n_boot=20, workers=1).write(root / "neuro.csv")
     return root
 
 

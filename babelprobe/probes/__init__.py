@@ -21,10 +21,9 @@ _EXPORTS = {
     "concepts_for": "controls", "at_peaks": "crosslingual", "transfer": "crosslingual",
     "transfer_matrix": "crosslingual", "make_folds": "folds", "neuro_pairs": "pairs", "pair_scores": "pairs",
     "peak_table": "peaks", "ProbeResult": "result", "probe": "run", "probe_group": "run",
-    "sweep": "run",  # the earlier name of `probe`, kept while branches that call it are merged
     "PROTOCOLS": "settings", "ProbeSettings": "settings", "fit_logistic": "solvers", "fit_predict": "solvers",
     "ArrayStore": "source", "synthetic_activations": "synthetic", "Probe": "weights", "Probes": "weights",
     "load_probes": "weights",
 }
-__all__ = sorted(name for name in _EXPORTS if name != "sweep")
+__all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

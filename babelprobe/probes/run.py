@@ -156,9 +156,6 @@ def probe(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame |
     return out
 
 
-sweep = probe  # the earlier name, kept while branches that call it are merged; use `probe`
-
-
 def group_workers(workers: int | None, solver: str, device, n_groups: int) -> int:
     """How many groups to solve at once: `workers` if given, else torch's thread count for the torch
     solvers on a CPU (1 on a GPU, and for the sklearn solver, which has its own `n_jobs`)."""

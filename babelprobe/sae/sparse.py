@@ -90,10 +90,10 @@ def _class_mean(F: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
 
 def dense_f1(states: np.ndarray, keys: pd.DataFrame, layer: int, folds: int, seed: int, C: float) -> dict:
     """{(language, subset): the probe sweep's f1_mean} on the dense states (same folds, solver and C)."""
-    from babelprobe.probes.run import sweep
+    from babelprobe.probes.run import probe
     from babelprobe.probes.source import ArrayStore
 
     store = ArrayStore(keys[["item_id", "pair_id", "language", "subset", "label"]],
                        last=np.asarray(states, dtype=np.float32)[:, None, :], layers=[layer], n_layers=max(layer, 1))
-    table = sweep(store, folds=folds, seed=seed, C=C, n_boot=0).table
+    table = probe(store, folds=folds, seed=seed, C=C, n_boot=0).table
     return {(row.language, row.subset): float(row.f1_mean) for row in table.itertuples()}
