@@ -13,7 +13,9 @@ On the same model and items, in one process, the runs take turns (`perf/timing.p
 The SAEs are random (no download): W_enc columns of unit norm, W_dec = W_encᵀ, thresholds set per
 feature at the quantile of its pre-activations over every token (but BOS) of a sample of texts that
 gives L0 ≈ 60 (Gemma Scope 2's published L0 of layer 12 / 16k / medium), so that the codes are as sparse
-as a published SAE's.
+as a published SAE's. The sample must hold many more tokens than width / 60 for that (a new token
+passes a threshold at the sample's maximum with chance ~1/n): at 262k with a small --limit the L0
+comes out far higher (it is printed), and the stats ratio is then pessimistic.
 
 Goals (issue 31): stats ≤ 1.2× extract at width 16k, ≤ 2× at 262k; offline encoding ≤ 0.2× the
 store's extraction time. Timings on a shared machine are noisy: the ratio is taken within each round
