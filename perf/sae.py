@@ -11,8 +11,11 @@ On the same model and items, in one process, the runs take turns (`perf/timing.p
             probes read
 
 The SAEs are random (no download): W_enc columns of unit norm, W_dec = W_encᵀ, thresholds set per
-feature at the quantile of its pre-activations over a sample of states that gives L0 ≈ 60 (Gemma Scope
-2's published L0 of layer 12 / 16k / medium), so that the codes are as sparse as a published SAE's.
+feature at the quantile of its pre-activations over every token (but BOS) of a sample of texts that
+gives L0 ≈ 60 (Gemma Scope 2's published L0 of layer 12 / 16k / medium), so that the codes are as sparse
+as a published SAE's. The sample must hold many more tokens than width / 60 for that (a new token
+passes a threshold at the sample's maximum with chance ~1/n): at 262k with a small --limit the L0
+comes out far higher (it is printed), and the stats ratio is then pessimistic.
 
 Goals (issue 31): stats ≤ 1.2× extract at width 16k, ≤ 2× at 262k; offline encoding ≤ 0.2× the
 store's extraction time. Timings on a shared machine are noisy: the ratio is taken within each round
@@ -53,9 +56,21 @@ def random_sae(d_in: int, width: int, layer: int, sample: torch.Tensor, seed: in
     W_enc /= W_enc.norm(dim=0, keepdim=True)
     b_enc = torch.zeros(width)
     pre = sample.float() @ W_enc
-    threshold = torch.quantile(pre, 1 - min(1.0, TARGET_L0 / width), dim=0).clamp_min(1e-3)
+    k = min(len(pre), max(1, round(len(pre) * (1 - TARGET_L0 / width))))  # the (1 − L0/width) quantile
+    threshold = pre.kthvalue(k, dim=0).values.clamp_min(1e-3)
     return SAE(W_enc=W_enc, W_dec=W_enc.T.contiguous(), b_enc=b_enc, b_dec=torch.zeros(d_in), threshold=threshold,
                layer=layer, hook=f"model.layers.{layer - 1}.output")
+
+
+def token_states(lm, texts: list[str], layer: int) -> torch.Tensor:
+    """Every token's state but BOS at `layer` (HF hidden_states[layer]: the output of block `layer`), the
+    tokens the stats pass reads; the thresholds are set on these (last-token states alone are smaller)."""
+    out = []
+    with torch.inference_mode():
+        for encoding in lm.encode(texts):
+            hidden = lm.model(torch.tensor([encoding.ids], device=lm.device), output_hidden_states=True).hidden_states
+            out.append(hidden[layer][0, 1:].float().cpu())
+    return torch.cat(out)
 
 
 def main(argv=None) -> None:
@@ -84,9 +99,9 @@ def main(argv=None) -> None:
         bp.extract_activations(lm, items, store_dir, layers=str(args.layer), pool="last",
                                batch_tokens=args.batch_tokens, progress=False)
 
-    extract()  # warm-up, and the sample the thresholds are set on
+    extract()  # warm-up
     states = bp.open_store(store_dir).read(args.layer, pool="last")
-    sample = torch.as_tensor(states)
+    sample = token_states(lm, items["text"].tolist()[:: max(1, len(items) // 32)], args.layer)
     saes = {w: random_sae(lm.d_model, w, args.layer, sample).to(lm.device) for w in widths}
 
     runs = {"extract": extract}

@@ -177,8 +177,10 @@ def _hooked_token_states(lm, texts, block: int) -> list[torch.Tensor]:
     return states
 
 
-def test_hooked_output_equals_store_layer_and_the_pass_counts_every_token_but_bos(tiny_store):
+def test_hooked_output_equals_store_layer_and_the_pass_counts_every_token_but_bos(tiny_store, monkeypatch):
     root, lm, items = tiny_store
+    # a small working memory: the pass splits the rows, and the non-zero codes it decodes, into many blocks
+    monkeypatch.setattr("babelprobe.sae.stats.CHUNK_BYTES", 4096)
     block = 1  # model.layers.1.output = babelprobe layer 2
     hooked = _hooked_token_states(lm, items["text"].tolist(), block)
     store = bp.open_store(root / "acts")

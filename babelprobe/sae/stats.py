@@ -202,7 +202,13 @@ class StatsAccumulator:
             cell = gc[rows] * self.d_sae + cols
             flat_f.index_add_(0, cell, values)
             flat_count.index_add_(0, cell, torch.ones_like(values))
-            recon = torch.zeros_like(xc).index_add_(0, rows, values[:, None] * self.decoder.index_select(0, cols))
+            recon = torch.zeros_like(xc)
+            # the gathered decoder rows are [non-zeros, d_in]: a block of non-zeros at a time keeps them within
+            # CHUNK_BYTES however many features fire (an SAE far from its training data fires hundreds per token)
+            step = max(1, CHUNK_BYTES // (4 * self.decoder.shape[1]))
+            for at in range(0, len(values), step):
+                r, c, v = rows[at:at + step], cols[at:at + step], values[at:at + step]
+                recon.index_add_(0, r, v[:, None] * self.decoder.index_select(0, c))
             error = (xc - recon - self.sae.b_dec).double().square().sum(1)
             self.sq_error.index_add_(0, gc, error)
         centred = x.double() - self.shift.to(x.device)
