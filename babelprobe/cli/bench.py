@@ -11,7 +11,6 @@ only: no torch, transformers or matplotlib until a command runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from babelprobe.benchmarks.base import BENCHMARKS, benchmark
 from babelprobe.bundled import bundled_sets
@@ -92,7 +91,7 @@ def run(args) -> int:
 # ------------------------------------------------------------------------------------- pitfalls-search
 
 def add_search_parser(names) -> None:
-    from babelprobe.benchmarks.pitfalls.settings import SearchSettings
+    from babelprobe.benchmarks.pitfalls.settings import SEARCH_PROTOCOLS, SearchSettings
 
     search = names.add_parser(
         "pitfalls-search", help="Cross-Lingual Pitfalls: beam search for questions a model fails only in the "
@@ -111,10 +110,12 @@ def add_search_parser(names) -> None:
     roles.add_argument("--perturber", default="local", metavar="SPEC", help="generator writing distractions (default local)")
     roles.add_argument("--translator", default="local", metavar="SPEC", help="generator translating (default local)")
     roles.add_argument("--sim-models", type=comma_list, default=[], metavar="LIST",
-                       help="further simulation models (model specs) besides --model")
+                       help="further simulation models besides --model: model specs (--answer likelihood) or "
+                       "generator specs (--answer generate; a bare model spec is local:SPEC)")
     roles.add_argument("--reduction", default="per_byte", help="how simulation models combine a choice's token "
                        "log-probs (default per_byte)")
-    add_settings_options(search, SearchSettings, "pitfalls-search settings (recorded in the search's manifest)")
+    add_settings_options(search, SearchSettings, "pitfalls-search settings (recorded in the search's manifest)",
+                         presets=SEARCH_PROTOCOLS)
     add_runtime_options(search)
     search.set_defaults(func=run_search)
 
@@ -123,12 +124,12 @@ def run_search(args) -> int:
     import numpy as np
 
     from babelprobe.benchmarks.pitfalls.search import SearchSettings, search_languages
+    from babelprobe.benchmarks.pitfalls.settings import SEARCH_PROTOCOLS
 
     if not args.languages:
         raise BabelprobeError("pitfalls-search needs --languages: the target languages by English name, e.g. "
                               "Chinese,French")
-    fields = {f.name for f in dataclasses.fields(SearchSettings)}
-    settings = SearchSettings(**{k: getattr(args, k) for k in fields if hasattr(args, k)})
+    settings = settings_from(args, SearchSettings, SEARCH_PROTOCOLS)
     models = models_from(args)
     found = search_languages(args.items, args.languages, models, settings, args.out, perturber=args.perturber,
                              translator=args.translator, sim_models=args.sim_models, reduction=args.reduction,
