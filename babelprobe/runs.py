@@ -85,6 +85,8 @@ LAYOUTS: dict[str, Layout] = {layout.kind: layout for layout in (
     Layout("align", "align.json", ("curves.csv", "matrix.csv", "items.csv"), "babelprobe align"),
     Layout("sweep", "sweep.json", ("summary.csv",), "babelprobe sweep"),
     Layout("bench", MANIFEST, ("items.csv", "summary.csv"), "babelprobe bench NAME"),
+    Layout("pitfalls-affinity", "affinity.json", ("items.csv", "accuracy.csv", "affinity.csv"),
+           "babelprobe bench pitfalls-affinity"),
 )}
 
 

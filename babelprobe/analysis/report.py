@@ -40,7 +40,10 @@ PROBE_NAMES = ("neuro.csv", "neuro.parquet")
 # The report of every other kind of run directory (`runs.LAYOUTS`), by kind: "module:function", the
 # function called as `function(path, out, n_boot=..., seed=...) -> Report` (its own figures, tables and
 # report.md). compare and probe directories are reported here.
-REPORTS: dict[str, str] = {}
+REPORTS: dict[str, str] = {
+    "bench": "babelprobe.analysis.benchmarks:report_bench",
+    "pitfalls-affinity": "babelprobe.analysis.benchmarks:report_affinity",
+}
 
 
 @dataclass

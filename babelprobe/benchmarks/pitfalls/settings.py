@@ -22,6 +22,7 @@ TITLE = "Cross-Lingual Pitfalls: English vs target-language weakness"
 # the `answer` setting -> the rows' method: likelihood; generate = the released evaluation (eva.py -> utils/answers.py
 # simulate: no chain of thought, then an extraction); cot = App. E's zero-shot chain of thought, then an extraction
 METHODS = {"likelihood": "likelihood", "generate": "simulate-extract", "cot": "cot-extract"}
+C_AFFINITY_DEFAULT = -1.0  # c of the Relative Affinity Score (App. B.1); summary.C_AFFINITY is the same
 
 
 @dataclass(frozen=True)
@@ -129,3 +130,44 @@ class SearchSettings:
 # θ = θ' = 0.5 for the semantic check are babelprobe's (the paper gives no values; the release's judge says yes or no).
 SEARCH_PROTOCOLS = {"paper": {"answer": "generate", "semantic_check": True, "chat_template": "auto",
                               "translation": "release"}}
+
+
+@dataclass(frozen=True)
+class AffinitySettings:
+    """The linguistic-affinity experiment (§3.3, App. B.2, Fig. 7; `babelprobe bench pitfalls-affinity`):
+    who translates the found pairs into the other languages and how the expanded pairs are answered (the
+    evaluation's answerers: likelihood, the released evaluation, App. E's chain of thought)."""
+
+    protocol: str = option("default", help="settings preset: 'paper' answers the expanded pairs as the released "
+                           "evaluation does (no chain of thought, then an extractor) and translates with 1,024 tokens")
+    answer: str = option("likelihood", choices=tuple(METHODS),
+        help="how the expanded pairs are answered: likelihood, generate (the released evaluation) or cot (App. E)")
+    generator: str = option("local", metavar="SPEC", help=f"generate, cot: who answers: {SPEC_HELP}")
+    extractor: str = option("generator", metavar="SPEC",
+        help="generate, cot: who extracts the chosen option ('generator': the answering model; the release: gpt-4o-mini)")
+    translator: str = option("local", metavar="SPEC",
+        help="who translates the pairs into the other languages (the paper: GPT-4o for the question with its choices, "
+        "Google Translate for the added context)")
+    translation: str = option("release", choices=("release", "paper"),
+        help="template translating a question with its choices: release (utils/prompt.py, native per language) or "
+        "paper (App. E)")
+    reduction: str = option("per_byte", choices=REDUCTIONS, help="likelihood: how a choice's token log-probs combine")
+    chat_template: str = option("off", choices=CHAT_TEMPLATE,
+        help="local generators: each prompt as the user turn of the model's chat template: off, auto, on")
+    max_new_tokens: int = option(256, budget=True,
+        help="longest translation, answer or extraction (App. B.1: 1,024; babelprobe's default 256 keeps CPU runs short)")
+    c: float = option(C_AFFINITY_DEFAULT, help="c of the Relative Affinity Score (App. B.1: −1)")
+
+    def __post_init__(self):
+        one_of(self, "answer", tuple(METHODS))
+        one_of(self, "translation", ("release", "paper"))
+        one_of(self, "reduction", REDUCTIONS)
+        one_of(self, "chat_template", CHAT_TEMPLATE)
+        at_least(self, "max_new_tokens", 1)
+        check_spec(self.generator, "--generator")
+        check_spec(self.translator, "--translator")
+        check_spec(self.extractor, "--extractor", also=("generator",))
+
+
+AFFINITY_PROTOCOLS = {"paper": {"answer": "generate", "chat_template": "auto", "max_new_tokens": 1024,
+                                "translation": "release"}}
