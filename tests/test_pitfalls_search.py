@@ -281,6 +281,21 @@ def test_direct_perturbation_baseline():
     assert rows["value"].eq(0).all() and not rows["converted"].any()
 
 
+def test_table1_no_perturbation_direct_perturbation_and_search_columns():
+    from babelprobe.benchmarks.pitfalls.search import conversion_table, no_perturbation
+
+    models = [target_model(i) for i in range(1, 6)]
+    kept = seeds(2)
+    plain = no_perturbation(kept, models)
+    # the plain translation carries no distraction: every model right in the target language, V = 1 − 1 = 0
+    assert plain["rate_trans"].eq(1).all() and plain["value"].eq(0).all() and not plain["converted"].any()
+    direct = direct_perturbation(kept, FakePerturber(), FakeTranslator(), models)
+    found = beam_search(kept, FakePerturber(), FakeTranslator(), models, SearchSettings(redundancy=1)).records()
+    row = conversion_table("Chinese", len(kept), plain, direct, found)
+    assert (row["np"], row["dp"]) == (0.0, 0.0)
+    assert row["ours"] == len({r["seed_id"] for r in found}) / 2 and row["ours_converted"] == 2  # both seeds convert
+
+
 def test_expanded_pairs_feed_the_affinity_matrix(tmp_path, tiny_long):
     models = [target_model(i) for i in range(1, 6)]
     found = beam_search(seeds(1), FakePerturber(), FakeTranslator(), models, SearchSettings(redundancy=1)).records()
@@ -315,8 +330,12 @@ def test_search_cli_writes_candidates_trace_and_dropped_seeds(tmp_path, monkeypa
     out = tmp_path / "search"
     code = main(["bench", "pitfalls-search", "--model", str(tiny_long_dir), "--data", str(source), "--langs", "Chinese",
                  "--perturber", "p", "--translator", "t", "--out", str(out), "--no-progress", "--depth", "1",
-                 "--max-depth", "1", "--perturb-temperature", "0.5", "--seed", "3"])
+                 "--max-depth", "1", "--perturb-temperature", "0.5", "--seed", "3", "--translation", "paper",
+                 "--baselines"])
     assert code == 0
+    table1 = pd.read_csv(out / "table1.csv")
+    assert table1.columns[:5].tolist() == ["language", "seeds", "np", "dp", "ours"] and table1["language"].tolist() == [
+        "Chinese"]
     assert isinstance(json.loads((out / "Chinese.json").read_text(encoding="utf-8")), list)
     assert (out / "seeds-dropped-Chinese.csv").exists() and (out / "run.json").exists()
     assert json.loads((out / "run.json").read_text())["settings"]["perturb_temperature"] == 0.5

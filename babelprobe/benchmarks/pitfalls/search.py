@@ -582,6 +582,37 @@ def direct_perturbation(seeds: pd.DataFrame, perturber, translator, models, sett
     return rows
 
 
+def no_perturbation(seeds: pd.DataFrame, models, settings: SearchSettings = SearchSettings()) -> pd.DataFrame:  # noqa: B008
+    """The NP baseline of §3.2 (Table 1): the seeds' plain translations, no added context, scored with
+    β^E (kept from the seed step), β^T and V; `converted` is V ≥ θinc with β^E ≥ 1 − ε."""
+    models = as_simulation_models(models)
+    rows = seeds[["seed_id", "language", "language_name"]].copy()
+    rows["rate_ori"] = seeds["rate_ori"].to_numpy(float)
+    rows["rate_trans"] = simulate(models, seeds["transori"].tolist(), seeds["transchoices"].tolist(),
+                                  [c.index(a) for c, a in zip(seeds["transchoices"], seeds["transanswer"], strict=True)],
+                                  seeds["language"].tolist())
+    rows["value"] = simulation_score(rows["rate_ori"], rows["rate_trans"], settings.gamma)
+    rows["converted"] = (rows["rate_ori"] >= settings.english_min) & (rows["value"] >= settings.inclusion)
+    return rows
+
+
+def table1_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["language", "seeds", "np", "dp", "ours", "np_converted", "dp_converted",
+                                       "ours_converted"])
+
+
+def conversion_table(language_name: str, seeds: int, np_rows: pd.DataFrame, dp_rows: pd.DataFrame,
+                     candidates: list[dict]) -> dict:
+    """One row of Table 1: the share of seed questions converted into weakness questions by no
+    perturbation, direct perturbation and the search (a seed with at least one candidate)."""
+    ours = len({c["seed_id"] for c in candidates})
+    row = {"language": language_name, "seeds": seeds}
+    for name, converted in (("np", int(np_rows["converted"].sum())), ("dp", int(dp_rows["converted"].sum())),
+                            ("ours", ours)):
+        row[f"{name}_converted"], row[name] = converted, converted / seeds if seeds else float("nan")
+    return row
+
+
 # ------------------------------------------------------------------------------------- expanded pairs
 
 def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, settings: SearchSettings = SearchSettings(),  # noqa: B008 (frozen)
@@ -702,12 +733,18 @@ def search_languages(source: str | Path, languages: list[str], models, settings:
     if settings.semantic_check and judge == "none":
         judge = "llm:local"  # babelprobe's choice: the local model judges (the release asked gpt-4o)
     similarity = make_similarity(judge, models, templates, settings, cache)
-    found = {}
+    found, table1 = {}, []
     for name in languages:
         seeds, dropped = prepare_seeds(questions, name, translate, answerers, settings, templates, cache, similarity)
         result = beam_search(seeds, perturb, translate, answerers, settings, templates, cache, progress,
                              similarity) if len(seeds) else None
         records = result.records() if result else []
+        if settings.baselines:
+            np_rows = no_perturbation(seeds, answerers, settings) if len(seeds) else pd.DataFrame(columns=["converted"])
+            dp_rows = (direct_perturbation(seeds, perturb, translate, answerers, settings, templates, cache)
+                       if len(seeds) else pd.DataFrame(columns=["converted"]))
+            table1.append(conversion_table(name, len(seeds), np_rows, dp_rows, records))
+            write_table(table1_frame(table1), run.path / "table1.csv")
         with atomic_path(run.path / f"{name}.json") as tmp:
             tmp.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
         if result is not None and len(result.trace):

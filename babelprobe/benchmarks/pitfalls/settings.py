@@ -90,6 +90,8 @@ class SearchSettings:
     translation: str = option("release", choices=("release", "paper"),
         help="seed translation template: release (utils/prompt.py, native for each of its 17 languages) or paper "
         "(App. E: fr, de, it, es; babelprobe's English rendering elsewhere)")
+    baselines: bool = option(False, help="also run Table 1's baselines on the seeds: no perturbation (NP, the plain "
+                             "translation) and direct perturbation (DP, one App. E perturbation); writes table1.csv")
     semantic_check: bool = option(False, help="check meaning (Eq. 4) with --similarity, or the local model as an LLM "
                                   "judge when --similarity is none (babelprobe's choice; the release asked gpt-4o)")
 
