@@ -75,3 +75,4 @@ def test_eclektic_fig4_from_several_runs(tmp_path, capsys):
     assert (out / "eclektic_fig4.png").stat().st_size > 0
     assert main(["bench", "figures", str(runs[0]), str(tmp_path), "--out", str(out)]) == 2  # not a run directory
     assert "not a finished bench directory" in capsys.readouterr().err
+

@@ -619,3 +619,16 @@ def test_hub_configs_are_read_through_datasets(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(BabelprobeError, match="cannot load hub dataset .*download its files"):
         sr.load_stingray("StingrayBench/StingrayBench")
+
+
+def test_true_cognate_usage_words_as_each_released_script_passes_them():
+    records = sr.load_stingray("stingray-sample", limit=None)
+    cognate = records[(records["subset"] == "true_cognate") & records["word"].str.contains(",")].iloc[[0]]
+    word = cognate.iloc[0]["word"]
+    first, second = (w.strip() for w in word.split(",", 1))
+    usage = sr.build_requests(cognate, split_words=False)
+    usage = usage[usage["task"] == "usage"]
+    assert all(q.startswith(f"Is the usage of {word} in this sentence") for q in usage["question"])  # likelihood_eval.py
+    split = sr.build_requests(cognate)
+    split = split[split["task"] == "usage"].set_index("side")["question"]
+    assert split["L1"].startswith(f"Is the usage of {first} in") and split["L2"].startswith(f"Is the usage of {second} in")

@@ -60,10 +60,11 @@ def _raw():
 def run(args) -> int:
     if args.diff:
         return _run_diff(args)
-    from babelprobe.analysis.xcomps import DESCRIPTIONS, protocol_settings
+    from babelprobe.analysis.xcomps import DESCRIPTIONS, protocol_dtype, protocol_settings
     from babelprobe.comparison import compare
 
     protocol_settings(args.protocol, folds=args.folds, fold_scheme=args.fold_scheme, layer=args.layer)  # before work
+    args.dtype = protocol_dtype(args.protocol, args.dtype, args.device)  # the paper: float16 on CUDA
     items = items_from(args)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,
               "language": args.language}
