@@ -60,6 +60,9 @@ class Settings:
         aliases=("--no-chat-template=off",),
         help="local generators: send each prompt as the user turn of the model's chat template: off, auto (when "
         "the model has one), on (instruction-tuned local models; the paper's model was a chat model)")
+    mixed: bool = option(False,
+        help="also condition M (Table 9, App. F): each item's original input with the native App. B instruction of "
+        "each target language (no translation by the model)")
     comet: bool = option(False,
         help=f"also score translations with COMET-22 ({COMET_MODEL}; needs the 'comet' extra and downloads "
         "the model)")
