@@ -497,14 +497,6 @@ def test_cli_runs_the_paper_protocol_with_the_local_generator(tiny_long_dir, tmp
     assert len(judge_prompts) == len(rows)  # one App. A.2 prompt per answer, beside the answers
 
 
-def test_cli_paper_protocol_without_a_judge_is_one_line(tmp_path, capsys):
-    out = tmp_path / "paper"
-    assert cli("--model", "default", "--items", "eclektic-sample", "--protocol", "paper", "--out", out) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--judge" in err and "Gemini 2.0 Flash" in err and "--judge self" in err
-    assert not out.exists()  # refused before any model loads or anything is written
-
-
 def test_cli_scores_the_popular_pages_sample(tiny_long_dir, tmp_path, capsys):
     out = tmp_path / "popular"
     assert cli("--model", tiny_long_dir, "--items", "eclektic-popular-sample", "--langs", "en,de,es",

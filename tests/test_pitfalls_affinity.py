@@ -91,11 +91,3 @@ def test_hand_3x3_case_through_the_pipeline(found, tmp_path, tiny_long_dir, monk
     report = tmp_path / "report"
     assert main(["report", "--results", str(out), "--out", str(report)]) == 0
     assert (report / "pitfalls_fig7.png").exists() and (report / "report.md").exists()
-
-
-def test_unknown_translator_spec_is_one_line(found, tmp_path, capsys):
-    out = tmp_path / "aff"
-    assert main(["bench", "pitfalls-affinity", "--items", str(found), "--translator", "gpt-4o", "--out", str(out),
-                 "--no-progress"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--translator 'gpt-4o': not a generator spec" in err and not out.exists()

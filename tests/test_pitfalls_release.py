@@ -10,7 +10,6 @@ import re
 import pytest
 
 from babelprobe.benchmarks import pitfalls as pf
-from babelprobe.cli import main
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import language_code
 from tests import pitfalls_release as release
@@ -117,42 +116,6 @@ def test_paper_preset_and_cot():
         pf.Settings(answer="generate", extractor="gpt4")
 
 
-# ------------------------------------------------------------------------------------------------ CLI
-
-def test_cli_unknown_extractor_is_one_line(tmp_path, capsys):
-    out = tmp_path / "o"
-    code = main(["bench", "pitfalls", "--model", "none", "--items", "pitfalls-sample", "--protocol", "paper",
-                 "--extractor", "gpt-4o-mini", "--out", str(out), "--no-progress"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "--extractor 'gpt-4o-mini': not a generator spec" in err and len(err.splitlines()) == 1
-    assert not out.exists()
-
-
-def test_cli_language_without_a_release_template_is_one_line(tmp_path, tiny_long_dir, capsys):
-    data = tmp_path / "data"
-    data.mkdir()
-    records = pf.load_pitfalls("pitfalls-sample", ["French"], limit=1)
-    source = sorted(pf.resolve_source("pitfalls-sample").glob("French.json"))[0]
-    (data / "Russian.json").write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
-    out = tmp_path / "o"
-    code = main(["bench", "pitfalls", "--model", str(tiny_long_dir), "--items", str(data), "--protocol", "paper",
-                 "--out", str(out), "--no-progress", "--limit", "1"])
-    err = capsys.readouterr().err.strip()
-    assert len(records) == 1
-    assert code == 2 and "no 'simulate' prompt for language 'ru'" in err and len(err.splitlines()) == 1
-    assert not out.exists()
-
-
-def test_cli_unreachable_extractor_keeps_the_answers(tmp_path, tiny_long_dir, capsys):
-    out = tmp_path / "o"
-    code = main(["bench", "pitfalls", "--model", str(tiny_long_dir), "--items", "pitfalls-sample", "--protocol",
-                 "paper", "--extractor", "openai:gpt-4o-mini@http://127.0.0.1:9/v1", "--retries", "0", "--timeout",
-                 "2", "--max-new-tokens", "3", "--out", str(out), "--no-progress", "--limit", "1"])
-    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the model's loading bar
-    assert code == 2 and last.startswith("babelprobe: error: ") and "no usable answer" in last
-    assert (out / "generations.jsonl").read_text().count("\n") >= 2  # the answers generated stay (resumable)
-
-
 # --------------------------------------------------------------------------------------------- search
 
 class FirstChoice(Recorder):
@@ -201,14 +164,3 @@ def test_search_seeds_with_a_generating_simulation_model():
     assert kept.empty and dropped["reason"].str.contains("translation").all()  # right in English, then translated
     assert chat.prompts[0] == pf.release_template(pf.load_release(), "simulate", "en").format(
         question="Which animal barks?", choices="['dog', 'cat']")
-
-
-def test_search_cli_language_without_a_release_template_is_one_line(tmp_path, capsys):
-    source = tmp_path / "mmlu.json"
-    source.write_text('[{"question": "Q?", "choices": ["a", "b"], "answer": "a"}]', encoding="utf-8")
-    out = tmp_path / "o"
-    code = main(["bench", "pitfalls-search", "--model", "none", "--items", str(source), "--languages", "Russian",
-                 "--protocol", "paper", "--out", str(out), "--no-progress"])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and "no 'translate' prompt for language 'ru'" in err and len(err.splitlines()) == 1
-    assert not out.exists()

@@ -95,8 +95,9 @@ def release_template(table: pd.DataFrame, name: str, language: str) -> str:
         if (name, key) in table.index:
             return table.at[(name, key), "template"]
     have = sorted(lang for n, lang in table.index if n == name)
+    instead = "--translation paper" if name == "translate" else "--answer likelihood or --answer cot"
     raise BabelprobeError(f"the Cross-Lingual Pitfalls release has no {name!r} prompt for language {language!r} "
-                          f"(it has {', '.join(have)}); use --answer likelihood or --answer cot for other languages")
+                          f"(it has {', '.join(have)}); use {instead} for other languages")
 
 
 def format_choices(choices: list[str]) -> str:
