@@ -16,14 +16,17 @@ from babelprobe.cli import main
 
 
 @pytest.fixture(scope="module")
-def stingray_runs(tmp_path_factory, tiny_long_dir):
+def stingray_runs(tmp_path_factory, tiny_long):
+    """Two finished runs (another reduction stands in for another model), without their own figures."""
+    import babelprobe as bp
+    from babelprobe.benchmarks.base import benchmark_settings
+
     root = tmp_path_factory.mktemp("sr")
     runs = []
-    for name, extra in (("a", []), ("b", ["--reduction", "sum"])):
-        out = root / name
-        assert main(["bench", "stingray", "--model", str(tiny_long_dir), "--items", "stingray-sample", "--out",
-                     str(out), "--no-progress", "--limit", "2", *extra]) == 0
-        runs.append(out)
+    for name, values in (("a", {}), ("b", {"reduction": "sum"})):
+        bp.run_benchmark("stingray", tiny_long, "stingray-sample", root / name, benchmark_settings("stingray", **values),
+                         limit=2, progress=False, figures=False)
+        runs.append(root / name)
     return runs
 
 
