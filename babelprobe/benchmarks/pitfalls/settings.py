@@ -158,7 +158,7 @@ class AffinitySettings:
         help="local generators: each prompt as the user turn of the model's chat template: off, auto, on")
     max_new_tokens: int = option(256, budget=True,
         help="longest translation, answer or extraction (App. B.1: 1,024; babelprobe's default 256 keeps CPU runs short)")
-    c: float = option(C_AFFINITY_DEFAULT, help="c of the Relative Affinity Score (App. B.1: −1)")
+    c: float = option(C_AFFINITY_DEFAULT, flag="--ras-c", help="c of the Relative Affinity Score (App. B.1: −1)")
 
     def __post_init__(self):
         one_of(self, "answer", tuple(METHODS))
