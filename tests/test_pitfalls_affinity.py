@@ -51,6 +51,8 @@ class Scripted:
                 y, i = re.search(r"Q-(\w\w)-(\d+)", p).groups()
                 choices = eval(p.rstrip("\n").rsplit("\n", 1)[1])  # noqa: S307 (a printed Python list)
                 out.append(f"It is {choices[0] if int(i) < RIGHT[x][y] else choices[1]}\n")
+            elif len(fields) == 1:  # plain translation of added context: kept as it is
+                out.append(fields[0])
             else:
                 text, choices, answer = fields[0], eval(fields[1]), fields[2]  # noqa: S307
                 out.append(json.dumps({"text": text, "choices": choices, "answer": answer}))
@@ -91,3 +93,22 @@ def test_hand_3x3_case_through_the_pipeline(found, tmp_path, tiny_long_dir, monk
     report = tmp_path / "report"
     assert main(["report", "--results", str(out), "--out", str(report)]) == 0
     assert (report / "pitfalls_fig7.png").exists() and (report / "report.md").exists()
+
+
+def test_expanding_the_bundled_sample_keeps_every_language():
+    """The loader's report rides along in `attrs`; expanding several seed languages must not trip on it."""
+    from babelprobe.benchmarks.pitfalls.search import expand_pairs
+
+    questions = pf.load_pitfalls("pitfalls-sample", limit=1)
+    assert "load_report" in questions.attrs
+    names = list(dict.fromkeys(questions["language_name"]))
+    pairs, dropped = expand_pairs(questions, names, Scripted())
+    assert dropped.empty and len(pairs) == len(names) ** 2
+    assert sorted(set(zip(pairs["seed_language"], pairs["language"]))) == sorted(
+        (pf_code(y), pf_code(x)) for y in names for x in names)
+
+
+def pf_code(name: str) -> str:
+    from babelprobe.languages import language_code
+
+    return language_code(name)

@@ -626,6 +626,8 @@ def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, sett
     with `language` = x and `seed_language` = y; the answer is the translation of the seed answer's
     choice. Returns (pairs, dropped with the reason)."""
     templates = load_templates(settings.templates) if templates is None else templates
+    questions = questions.copy()
+    questions.attrs = {}  # the loader's report (DataFrames) would make pandas compare frames when concatenating
     frames, dropped = [], []
     for _, seeds in questions.groupby("language_name", sort=False):
         if per_language is not None and len(seeds) > per_language:
