@@ -107,6 +107,15 @@ def test_expanding_the_bundled_sample_keeps_every_language():
     assert sorted(set(zip(pairs["seed_language"], pairs["language"]))) == sorted(
         (pf_code(y), pf_code(x)) for y in names for x in names)
 
+    class Unusable:  # every translation fails: only the seed languages' own pairs are left to concatenate
+        name = "unusable"
+
+        def generate(self, prompts, **kw):
+            return ["no JSON here"] * len(prompts)
+
+    pairs, dropped = expand_pairs(questions, names, Unusable())
+    assert len(pairs) == len(names) and len(dropped) == len(names) * (len(names) - 1)
+
 
 def pf_code(name: str) -> str:
     from babelprobe.languages import language_code
