@@ -54,6 +54,7 @@ _EXPORTS = {
     "plot_effect_by_layer": "analysis.interventions", "plot_dose_response": "analysis.interventions",
     "plot_f1_vs_effect": "analysis.interventions",
     "run_benchmark": "analysis.benchmarks", "Models": "benchmarks.base",
+    "run_affinity": "analysis.benchmarks", "plot_runs": "analysis.benchmarks",
     "write_report": "analysis.report", "load_results": "analysis.results", "save_figure": "analysis.style:save",
     "accuracy_table": "analysis.summary", "accuracy_pivot": "analysis.summary",
     "language_curves": "analysis.peaks", "language_peaks": "analysis.peaks", "subset_peaks": "analysis.peaks",

@@ -88,6 +88,8 @@ LAYOUTS: dict[str, Layout] = {layout.kind: layout for layout in (
     Layout("patch", "patch.json", ("patch.json",), "babelprobe patch"),
     Layout("sae", "sae.json", ("features.csv", "fit.csv", "sparse_probe.csv", "ablate.csv"), "babelprobe sae"),
     Layout("bench", MANIFEST, ("items.csv", "summary.csv"), "babelprobe bench NAME"),
+    Layout("pitfalls-affinity", "affinity.json", ("items.csv", "accuracy.csv", "affinity.csv"),
+           "babelprobe bench pitfalls-affinity"),
 )}
 
 

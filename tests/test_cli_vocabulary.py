@@ -42,7 +42,9 @@ def benchmark_settings(path: tuple) -> set[str]:
     if path[1] in BENCHMARKS:
         settings = benchmark(path[1]).Settings
     elif path[1] == "pitfalls-search":
-        from babelprobe.benchmarks.pitfalls.search import SearchSettings as settings
+        from babelprobe.benchmarks.pitfalls.settings import SearchSettings as settings
+    elif path[1] == "pitfalls-affinity":
+        from babelprobe.benchmarks.pitfalls.settings import AffinitySettings as settings
     else:
         return set()
     import dataclasses

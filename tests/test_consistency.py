@@ -359,6 +359,18 @@ def test_each_condition_uses_the_right_senses():
     assert q.loc[("pawsx-001", "I"), "instruction_reference"] == " ".join(PROMPTS.instruction("paws-x", "de").values())
 
 
+def test_mixed_condition_asks_the_native_instruction_around_the_original_input():
+    """Table 9 (App. F): original input X of the source language with the native instruction I of another."""
+    data = load_consistency("consistency-sample", limit=2, targets=["de"])
+    q = build(data, settings=Settings(mixed=True)).set_index(["item_id", "condition"])
+    row = q.loc[("pawsx-001", "M")]
+    de, s1 = PROMPTS.instruction("paws-x", "de"), data.items.at[0, "sentence1"]
+    assert row["input_sentence1"] == s1 and (row["instruction_language"], row["input_language"]) == ("de", "en")
+    assert row["prompt"] == (f'{de["prefix"]} {de["sentence"]} 1: "{s1}" {de["sentence"]} 2: '
+                             f'"{row["input_sentence2"]}" {de["suffix"]}\nAntwort:')
+    assert "M" not in build(data).set_index(["item_id", "condition"]).index.get_level_values(1)
+
+
 def reference_answer(lm, prompt: str, words: dict[int, list[str]], sep: str = " ") -> int:
     """Independent of babelprobe's scoring core: one plain HF forward pass per prompt+word."""
     scores = {}

@@ -218,12 +218,17 @@ def test_default_prompt_and_cut_follow_the_answerer(values, prompt_set, cut):
 
 
 def test_paper_preset_and_setting_mistakes():
-    paper = benchmark_settings(eclektic, "paper")
-    assert (paper.protocol, condition(paper), first_line(paper), paper.judge) == ("paper", "closed-book", False, "llm")
-    with pytest.raises(BabelprobeError, match="--protocol paper runs --judge llm; drop --judge llm:local"):
-        benchmark_settings(eclektic, "paper", judge="llm:local")  # a flag never silently overrides the preset
-    with pytest.raises(BabelprobeError, match="use match, llm or llm:SPEC"):
+    paper = benchmark_settings(eclektic, "paper", judge="self")
+    assert (paper.protocol, condition(paper), first_line(paper), paper.judge, paper.chat_template) == (
+        "paper", "closed-book", False, "self", "auto")
+    assert benchmark_settings(eclektic, "paper", judge="llm").judge == "self"  # the old spelling
+    assert benchmark_settings(eclektic, "paper", judge="llm:local").judge == "llm:local"
+    with pytest.raises(BabelprobeError, match="--protocol paper needs --judge: the paper judged .* Gemini 2.0 Flash"):
+        benchmark_settings(eclektic, "paper")  # the paper's judge is not the answering model: say which
+    with pytest.raises(BabelprobeError, match="use match, self or llm:SPEC"):
         Settings(judge="gemini")
+    with pytest.raises(BabelprobeError, match="not a generator spec"):
+        Settings(judge="llm:gemini-2.0-flash")
     with pytest.raises(BabelprobeError, match="--chat-template applies to local generators"):
         Settings(generator="openai:m@http://127.0.0.1:9/v1", chat_template=True)
 
@@ -477,13 +482,13 @@ def test_cli_writes_rows_summary_figure_and_resumes(tiny_long_dir, tmp_path, cap
 def test_cli_runs_the_paper_protocol_with_the_local_generator(tiny_long_dir, tmp_path, capsys):
     out = tmp_path / "paper"
     assert cli("--model", tiny_long_dir, "--items", "eclektic-sample", "--langs", "en,de", "--limit", "1",
-               "--generator", "local", "--protocol", "paper", "--max-new-tokens", "6", "--out", out) == 0
+               "--generator", "local", "--protocol", "paper", "--judge", "self", "--max-new-tokens", "6", "--out", out) == 0
     printed = capsys.readouterr().out
-    assert "protocol paper" in printed and "judge llm:local:" in printed
+    assert "protocol paper" in printed and "judge self" in printed
     rows = pd.read_csv(out / "items.csv", keep_default_na=False)
     assert list(rows["prompt"]) == list(rows["question"])  # the bare question (§3.2, App. A.3)
     assert set(rows["method"]) == {"closed-book"} and set(rows["answer_cut"]) == {"none"}
-    assert rows["judge"].str.startswith("llm:local:").all() and set(rows["protocol"]) == {"paper"}
+    assert set(rows["judge"]) == {"self"} and set(rows["protocol"]) == {"paper"}
     summary = pd.read_csv(out / "summary.csv")
     assert set(summary["protocol"]) == {"paper"} and set(summary["judge"]) == set(rows["judge"])
     assert json.loads((out / "run.json").read_text())["protocol"] == "paper"

@@ -363,7 +363,7 @@ class FakeChat:
         self.prompts += prompts
         out = []
         for p in prompts:
-            if "You are an expert in answer selecting" in p:
+            if "select the model" in p and "final answer from the choices" in p:  # App. E's or the release's
                 pick = re.search(r"I pick (.*)\n", p).group(1)
                 out.append('{"final_answer": "' + pick + '"}' if pick != "nothing" else "I cannot tell.")
             else:
@@ -467,11 +467,13 @@ def test_cli_paper_protocol_on_the_bundled_sample(tmp_path, tiny_long_dir, monke
                  "paper", "--generator", "local", "--out", str(out), "--no-progress", "--limit", "2"])
     assert code == 0
     rows = pd.read_csv(out / "items.csv")
-    assert len(rows) == 3 * 2 * 4 and set(rows["method"]) == {"cot-extract"} and set(rows["protocol"]) == {"paper"}
+    assert len(rows) == 3 * 2 * 4 and set(rows["method"]) == {"simulate-extract"} and set(rows["protocol"]) == {"paper"}
+    assert set(rows["extractor"]) == {"fake-chat"}  # no --extractor: the answering model extracts, recorded per row
     summary = pd.read_csv(out / "summary.csv")
-    assert set(summary["protocol"]) == {"paper"} and set(summary["method"]) == {"cot-extract"}
+    assert set(summary["protocol"]) == {"paper"} and set(summary["method"]) == {"simulate-extract"}
     run = json.loads((out / "run.json").read_text())
-    assert (run["protocol"], run["answer"], run["max_new_tokens"]) == ("paper", "generate", 1024)
+    assert (run["protocol"], run["answer"], run["max_new_tokens"], run["chat_template"]) == (
+        "paper", "generate", 1024, "auto")
     assert "protocol paper" in capsys.readouterr().out
     assert (out / "generations.jsonl").exists()
 

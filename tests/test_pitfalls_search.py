@@ -64,15 +64,25 @@ class FakeTranslator:
     def generate(self, prompts, max_new_tokens=64, stop=None, temperature=0.0, seed=0):
         out = []
         for p in prompts:
-            if "[The Start of the Choices]" in p:
-                choices = ast.literal_eval(_between(p, "[The Start of the Choices]", "[The End of the Choices]"))
-                text = _between(p, "[The Start of the Text]", "[The End of the Text]")
-                answer = _between(p, "[The Start of the Answer]", "[The End of the Answer]")
+            fields = _between_markers(p)
+            if len(fields) == 3:  # text, choices, answer: App. E's or the release's template, in any language
+                text, choices, answer = fields[0], ast.literal_eval(fields[1]), fields[2]
                 out.append("Here it is:\n" + json.dumps({"text": "[T] " + text, "choices": ["[T] " + c for c in choices],
                                                          "answer": "[T] " + answer}, ensure_ascii=False))
             else:
                 out.append("[T] " + _between(p, "[The Start of the text]", "[The End of the text]"))
         return out
+
+
+def _between_markers(prompt: str) -> list[str]:
+    """The lines a template puts between two section markers ('[The Start of the Text]', '[文本开始]', ...)."""
+    lines = [line.strip() for line in prompt.splitlines()]
+
+    def marker(line):
+        return line.startswith("[") and line.endswith("]") and not line.startswith(("['", '["'))
+
+    return [line for before, line, after in zip(lines, lines[1:], lines[2:]) if marker(before) and marker(after)
+            and line and not marker(line)]
 
 
 def target_model(i: int, poison: str | None = None):
@@ -95,7 +105,7 @@ def seeds(n=2, translator=None):
     return kept
 
 
-def test_seeds_are_translated_with_the_app_e_template_and_checked_in_english():
+def test_seeds_are_translated_with_the_releases_template_and_checked_in_english():
     prompts = []
 
     class Recording(FakeTranslator):
@@ -106,9 +116,10 @@ def test_seeds_are_translated_with_the_app_e_template_and_checked_in_english():
     kept = seeds(1, Recording()).iloc[0]
     assert kept["transori"] == "[T] Question 0?" and kept["transchoices"] == ["[T] right", "[T] wrong-1", "[T] wrong-2"]
     assert kept["transanswer"] == "[T] right" and kept["language"] == "zh"
-    template = pf.template_for(pf.load_templates(), "translate", "zh")[0]  # App. E has none for Chinese: our `*` row
+    template = pf.release_template(pf.load_release(), "translate", "zh")  # utils/prompt.py English2Chinese
     assert prompts == [template.format(question="Question 0?", choices="['right', 'wrong-1', 'wrong-2']",
-                                       ground_truth="right", language="Chinese")]
+                                       ground_truth="right")]
+    assert prompts[0].startswith("[system]\n你是一位专业的翻译专家。")
     source = pd.DataFrame([{"seed_id": "bad", "question": "Q?", "choices": ["right", "x"], "answer": "x",
                             "source": "t", "category": "c"}])
     kept, dropped = prepare_seeds(source, "Chinese", FakeTranslator(), [target_model(1)])
@@ -125,7 +136,7 @@ def test_the_german_seed_uses_app_e_german_template():
 
     source = pd.DataFrame([{"seed_id": "s", "question": "Q?", "choices": ["right", "x"], "answer": "right",
                             "source": "t", "category": "c"}])
-    kept, _ = prepare_seeds(source, "German", Recording(), [target_model(1)])
+    kept, _ = prepare_seeds(source, "German", Recording(), [target_model(1)], SearchSettings(translation="paper"))
     assert prompts[0].startswith("[Instruction]\nSie sind ein professioneller Übersetzungsexperte.")
     assert kept["language"].tolist() == ["de"]
 
@@ -270,6 +281,21 @@ def test_direct_perturbation_baseline():
     assert rows["value"].eq(0).all() and not rows["converted"].any()
 
 
+def test_table1_no_perturbation_direct_perturbation_and_search_columns():
+    from babelprobe.benchmarks.pitfalls.search import conversion_table, no_perturbation
+
+    models = [target_model(i) for i in range(1, 6)]
+    kept = seeds(2)
+    plain = no_perturbation(kept, models)
+    # the plain translation carries no distraction: every model right in the target language, V = 1 − 1 = 0
+    assert plain["rate_trans"].eq(1).all() and plain["value"].eq(0).all() and not plain["converted"].any()
+    direct = direct_perturbation(kept, FakePerturber(), FakeTranslator(), models)
+    found = beam_search(kept, FakePerturber(), FakeTranslator(), models, SearchSettings(redundancy=1)).records()
+    row = conversion_table("Chinese", len(kept), plain, direct, found)
+    assert (row["np"], row["dp"]) == (0.0, 0.0)
+    assert row["ours"] == len({r["seed_id"] for r in found}) / 2 and row["ours_converted"] == 2  # both seeds convert
+
+
 def test_expanded_pairs_feed_the_affinity_matrix(tmp_path, tiny_long):
     models = [target_model(i) for i in range(1, 6)]
     found = beam_search(seeds(1), FakePerturber(), FakeTranslator(), models, SearchSettings(redundancy=1)).records()
@@ -284,7 +310,7 @@ def test_expanded_pairs_feed_the_affinity_matrix(tmp_path, tiny_long):
     assert french["transchoices"] == ["[T] " + c for c in own["transchoices"]]
     assert french["transanswer"] == "[T] " + own["transanswer"]
     parts = [own["transpre"], own["transori"], own["transsuf"]]
-    assert french["transquestion"] == " ".join("[T] " + p for p in parts if p)  # French joins with a space
+    assert french["transquestion"] == "".join("[T] " + p for p in parts if p)  # concatenated, as run.py does
     assert french["question"] == own["question"] and french["question_id"] == own["question_id"] + ">fr"
     rows = cross_evaluate([tiny_long], pairs)
     assert set(rows["language"]) == {"zh", "fr"} and set(rows["seed_language"]) == {"zh"}
@@ -304,8 +330,12 @@ def test_search_cli_writes_candidates_trace_and_dropped_seeds(tmp_path, monkeypa
     out = tmp_path / "search"
     code = main(["bench", "pitfalls-search", "--model", str(tiny_long_dir), "--data", str(source), "--langs", "Chinese",
                  "--perturber", "p", "--translator", "t", "--out", str(out), "--no-progress", "--depth", "1",
-                 "--max-depth", "1", "--perturb-temperature", "0.5", "--seed", "3"])
+                 "--max-depth", "1", "--perturb-temperature", "0.5", "--seed", "3", "--translation", "paper",
+                 "--baselines"])
     assert code == 0
+    table1 = pd.read_csv(out / "table1.csv")
+    assert table1.columns[:5].tolist() == ["language", "seeds", "np", "dp", "ours"] and table1["language"].tolist() == [
+        "Chinese"]
     assert isinstance(json.loads((out / "Chinese.json").read_text(encoding="utf-8")), list)
     assert (out / "seeds-dropped-Chinese.csv").exists() and (out / "run.json").exists()
     assert json.loads((out / "run.json").read_text())["settings"]["perturb_temperature"] == 0.5

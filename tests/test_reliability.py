@@ -605,3 +605,50 @@ def test_39_compare_per_pair_view_takes_one_layer(work, tmp_path, capsys):
     root, _, items = work
     refused(["compare", "--model", root / "no-such-model", "--items", items, "--layers", "3,4", "--out", tmp_path / "c"],
             tmp_path / "c", capsys, "the per-pair neuro view takes 'peak' or one layer")
+
+
+# ------------------------------------------------------ issue 33: generator specs, release prompts, paper judges
+
+def test_44_unknown_extractor_or_judge_spec(work, capsys):
+    out = work[0] / "bench44"
+    fails(["bench", "pitfalls", "--items", "pitfalls-sample", "--protocol", "paper", "--extractor", "gpt-4o-mini",
+           "--out", out, "--no-progress"], capsys, "--extractor 'gpt-4o-mini': not a generator spec", "openai:MODEL@URL")
+    fails(["bench", "eclektic", "--items", "eclektic-sample", "--judge", "llm:gemini-2.0-flash", "--out", out,
+           "--no-progress"], capsys, "--judge 'llm:gemini-2.0-flash': the judge 'gemini-2.0-flash': not a generator spec")
+    fails(["bench", "pitfalls-affinity", "--items", "pitfalls-sample", "--translator", "gpt-4o", "--out", out,
+           "--no-progress"], capsys, "--translator 'gpt-4o': not a generator spec")
+    assert not out.exists()
+
+
+def test_45_unreachable_extractor_keeps_the_answers(work, tiny_long_dir, capsys):
+    model, out = tiny_long_dir, work[0] / "bench45"
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    fails(["bench", "pitfalls", "--model", model, "--items", "pitfalls-sample", "--protocol", "paper", "--extractor",
+           f"openai:gpt-4o-mini@{url}", "--retries", "0", "--timeout", "2", "--max-new-tokens", "3", "--limit", "1",
+           "--out", out, "--no-progress"], capsys, "openai:gpt-4o-mini", "no usable answer after 1 attempt")
+    assert (out / "generations.jsonl").read_text().count("\n") >= 2  # the answers generated stay: a rerun resumes
+    assert not (out / "items.csv").exists()
+
+
+def test_46_language_without_a_release_template(work, capsys):
+    root = work[0]
+    data = root / "russian"
+    data.mkdir()
+    sample = bp.benchmarks.pitfalls.resolve_source("pitfalls-sample") / "French.json"
+    (data / "Russian.json").write_text(sample.read_text(encoding="utf-8"), encoding="utf-8")
+    out = root / "bench46"
+    fails(["bench", "pitfalls", "--items", data, "--protocol", "paper", "--out", out, "--no-progress"], capsys,
+          "the Cross-Lingual Pitfalls release has no 'simulate' prompt for language 'ru'", "--answer likelihood")
+    source = root / "mmlu.json"
+    source.write_text('[{"question": "Q?", "choices": ["a", "b"], "answer": "a"}]', encoding="utf-8")
+    fails(["bench", "pitfalls-search", "--items", source, "--languages", "Russian", "--out", out, "--no-progress"],
+          capsys, "no 'translate' prompt for language 'ru'", "--translation paper")
+    assert not out.exists()
+
+
+def test_47_eclektic_paper_protocol_without_a_judge(work, capsys):
+    out = work[0] / "bench47"
+    fails(["bench", "eclektic", "--items", "eclektic-sample", "--protocol", "paper", "--out", out, "--no-progress"],
+          capsys, "--protocol paper needs --judge", "Gemini 2.0 Flash", "--judge self")
+    assert not out.exists()
+

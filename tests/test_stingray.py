@@ -401,7 +401,7 @@ def test_scores_match_a_plain_forward_pass(tiny_long):
     lm = tiny_long
     records = sr.load_stingray("stingray-sample", limit=2)
     rows = sr.score_stingray(lm, records, progress=False)
-    requests = sr.build_requests(records)
+    requests = sr.build_requests(records, split_words=False)  # likelihood: "w1, w2" as likelihood_eval.py
     assert len(rows) == len(requests) == len(records) * 3
     assert set(rows["prompt_format"]) == {"plain"} and set(rows["method"]) == {"likelihood"}
     for row, request in zip(rows.to_dict("records"), requests.to_dict("records"), strict=True):
@@ -422,7 +422,7 @@ def chat_lm():
 def test_chat_format_scores_the_labels_as_the_assistant_turn(chat_lm):
     records = sr.load_stingray("stingray-sample", pairs=["en_de"], limit=1)
     rows = sr.score_stingray(chat_lm, records, chat="on", progress=False)
-    requests = sr.build_requests(records)
+    requests = sr.build_requests(records, split_words=False)
     assert set(rows["prompt_format"]) == {"chat"}
     for row, request in zip(rows.to_dict("records"), requests.to_dict("records"), strict=True):
         expected_prompt = f"<start_of_turn>user\n{request['question']}<end_of_turn>\n<start_of_turn>model\n"
@@ -619,3 +619,16 @@ def test_hub_configs_are_read_through_datasets(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(BabelprobeError, match="cannot load hub dataset .*download its files"):
         sr.load_stingray("StingrayBench/StingrayBench")
+
+
+def test_true_cognate_usage_words_as_each_released_script_passes_them():
+    records = sr.load_stingray("stingray-sample", limit=None)
+    cognate = records[(records["subset"] == "true_cognate") & records["word"].str.contains(",")].iloc[[0]]
+    word = cognate.iloc[0]["word"]
+    first, second = (w.strip() for w in word.split(",", 1))
+    usage = sr.build_requests(cognate, split_words=False)
+    usage = usage[usage["task"] == "usage"]
+    assert all(q.startswith(f"Is the usage of {word} in this sentence") for q in usage["question"])  # likelihood_eval.py
+    split = sr.build_requests(cognate)
+    split = split[split["task"] == "usage"].set_index("side")["question"]
+    assert split["L1"].startswith(f"Is the usage of {first} in") and split["L2"].startswith(f"Is the usage of {second} in")

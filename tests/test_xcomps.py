@@ -195,3 +195,17 @@ def test_report_protocol_check_and_two_models_of_other_items(runs, tmp_path):
     with pytest.raises(BabelprobeError, match="were run on different items"):
         write_report(relabelled, tmp_path / "r2", other=runs / "other")
     assert not (tmp_path / "r1" / "report.md").exists() and not (tmp_path / "r2" / "report.md").exists()
+
+
+def test_xcomps_paper_protocol_runs_float16_on_cuda(monkeypatch):
+    import torch
+
+    from babelprobe.analysis.xcomps import protocol_dtype
+    from babelprobe.errors import BabelprobeError
+
+    assert protocol_dtype("paper", None, "cuda:0") == "float16"  # §4.1
+    assert protocol_dtype("paper", None, "cpu") is None and protocol_dtype("default", None, "cuda") is None
+    with pytest.raises(BabelprobeError, match="--protocol paper runs --model-dtype float16 on CUDA"):
+        protocol_dtype("paper", "bfloat16", "cuda")
+    monkeypatch.setattr("babelprobe.models.auto_device", lambda: torch.device("cuda"))
+    assert protocol_dtype("paper", None, None) == "float16"  # no --device: the device babelprobe picks

@@ -133,20 +133,23 @@ def plot_stingray_tasks(summary: pd.DataFrame, path: str | Path, title: str | No
     return save(fig, path)
 
 
-def plot_stingray_overall(summaries: dict[str, pd.DataFrame], path: str | Path, title: str | None = None) -> list[Path]:
+def plot_stingray_overall(summaries: dict[str, pd.DataFrame], path: str | Path, title: str | None = None,
+                          task: str = "all") -> list[Path]:
     """Fig. 4: one point per model at its (acc L1, acc L2) averaged over language pairs and tasks, true
-    cognates left, false friends right (`summaries`: model name -> its `summarize` table)."""
+    cognates left, false friends right (`summaries`: model name -> its `summarize` table). With `task`
+    'usage' or 'semantic', App. C Figs. 7 and 8: the point averaged over the pairs of that task only (the
+    mean of the pairs' accuracies, as the summary's overall point is; drawn without an interval)."""
     fig, axes = figure("two", height=3.6, ncols=2, squeeze=False)
     markers = ["o", "s", "^", "D", "v", "P", "X"]
     field = None
     for ax, (subset, label) in zip(axes[0], STINGRAY_SUBSETS.items(), strict=True):
         field = _stingray_background(ax)
         for k, summary in enumerate(summaries.values()):
-            table = stingray.wide(summary)
-            rows = table[(table["pair"] == "all") & (table["subset"] == subset)].to_dict("records")
+            rows = _overall_point(stingray.wide(summary), subset, task)
             if rows and pd.notna(rows[0]["accuracy_l1"]) and pd.notna(rows[0]["accuracy_l2"]):
                 _stingray_point(ax, rows[0], markers[k % len(markers)], PALETTE[k % len(PALETTE)])
-        ax.set_title(f"{label} (mean over pairs and tasks)")
+        over = "pairs and tasks" if task == "all" else f"pairs, {STINGRAY_TASKS[task]}"
+        ax.set_title(f"{label} (mean over {over})")
         ax.set_xlabel("accuracy in L1")
         ax.set_ylabel("accuracy in L2")
     handles = [_legend_handle(marker=markers[k % len(markers)], color=PALETTE[k % len(PALETTE)], label=model)
@@ -157,11 +160,13 @@ def plot_stingray_overall(summaries: dict[str, pd.DataFrame], path: str | Path, 
     return save(fig, path)
 
 
-def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, title: str | None = None) -> list[Path]:
+def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, title: str | None = None,
+                        task: str = "mean") -> list[Path]:
     """Figs. 5 and 6 per language pair: cognate comprehension averaged over the tasks (top) and the
     unsigned cognate bias, |mean bias over the tasks| (bottom); true cognates left, false friends
-    right; one bar per model with its bootstrap interval."""
-    tables = {model: stingray.wide(summary) for model, summary in summaries.items()}
+    right; one bar per model with its bootstrap interval. With `task` 'usage' or 'semantic', App. C
+    Figs. 11 and 13 (usage correction) or 12 and 14 (semantic appropriateness): the same for one task."""
+    tables = {model: _with_abs_bias(stingray.wide(summary)) for model, summary in summaries.items()}
     pairs = sorted({p for t in tables.values() for p in t["pair"]} - {"all"})
     fig, axes = figure("two", height=4.4, nrows=2, ncols=2, sharex=True, sharey="row")
     width = 0.8 / max(1, len(tables))
@@ -169,7 +174,7 @@ def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, ti
         for col, (subset, name) in enumerate(STINGRAY_SUBSETS.items()):
             ax = axes[row, col]
             for k, (model, table) in enumerate(tables.items()):
-                cells = table[(table["task"] == "mean") & (table["subset"] == subset)].set_index("pair").reindex(pairs)
+                cells = table[(table["task"] == task) & (table["subset"] == subset)].set_index("pair").reindex(pairs)
                 values = cells[metric].to_numpy(float)
                 errors = [np.clip(values - cells[f"{metric}_low"].to_numpy(float), 0, None),
                           np.clip(cells[f"{metric}_high"].to_numpy(float) - values, 0, None)]
@@ -183,11 +188,60 @@ def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, ti
             ax.grid(axis="x", visible=False)
             ax.set_title(f"{name}: cognate {label}", fontsize=8)
             if col == 0:
-                ax.set_ylabel(f"{label} (mean over tasks)")
+                ax.set_ylabel(f"{label} (mean over tasks)" if task == "mean" else f"{label} ({STINGRAY_TASKS[task]})")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
     _stingray_title(fig, title, next(iter(summaries.values()), None))
     return save(fig, path)
+
+
+STINGRAY_TASKS = {"usage": "usage correction", "semantic": "semantic appropriateness"}
+# App. C of the paper: the figure of each task (the overall point, comprehension and |bias| per pair)
+STINGRAY_APPENDIX = {"usage": "Figs. 7, 11, 13", "semantic": "Figs. 8, 12, 14"}
+
+
+def _overall_point(table: pd.DataFrame, subset: str, task: str) -> list[dict]:
+    """The row of the overall point of `subset`: the summary's (task 'all'), or for one task the mean of its
+    pairs' accuracies (no interval)."""
+    if task == "all":
+        return table[(table["pair"] == "all") & (table["subset"] == subset)].to_dict("records")
+    cells = table[(table["task"] == task) & (table["subset"] == subset) & (table["pair"] != "all")]
+    if cells.empty:
+        return []
+    row = {"accuracy_l1": cells["accuracy_l1"].mean(), "accuracy_l2": cells["accuracy_l2"].mean()}
+    for metric in ("accuracy_l1", "accuracy_l2"):
+        row[f"{metric}_low"] = row[f"{metric}_high"] = row[metric]
+    return [row]
+
+
+def _with_abs_bias(table: pd.DataFrame) -> pd.DataFrame:
+    """`abs_bias` (and its interval) for the per-task cells, which carry only the signed bias: |bias|, with
+    the interval of |b| over the signed interval (0 at its low end when it spans 0)."""
+    table = table.copy()
+    per_task = table["task"].isin(list(STINGRAY_TASKS)) & table["bias"].notna()
+    low, high = table["bias_low"].abs(), table["bias_high"].abs()
+    spans = (table["bias_low"] <= 0) & (table["bias_high"] >= 0)
+    if "abs_bias" not in table.columns:
+        table["abs_bias"] = table["abs_bias_low"] = table["abs_bias_high"] = np.nan
+    table.loc[per_task, "abs_bias"] = table.loc[per_task, "bias"].abs()
+    table.loc[per_task, "abs_bias_low"] = np.where(spans, 0.0, np.minimum(low, high))[per_task.to_numpy()]
+    table.loc[per_task, "abs_bias_high"] = np.maximum(low, high)[per_task]
+    return table
+
+
+def plot_stingray_appendix(summaries: dict[str, pd.DataFrame], out: str | Path, title: str | None = None) -> dict:
+    """App. C per task: `stingray-<task>-overall` (Figs. 7, 8) and `stingray-<task>-pairs` (comprehension
+    and |bias| per pair: Figs. 11 and 13, 12 and 14), for one model or several; name -> files."""
+    out, drawn = Path(out), {}
+    tasks = {t for s in summaries.values() for t in s["task"]}
+    for task, label in STINGRAY_TASKS.items():
+        if task not in tasks:
+            continue
+        name = f"stingray-{task}-overall"
+        drawn[name] = plot_stingray_overall(summaries, out / name, title=f"{title or ''} {label}".strip(), task=task)
+        name = f"stingray-{task}-pairs"
+        drawn[name] = plot_stingray_pairs(summaries, out / name, title=f"{title or ''} {label}".strip(), task=task)
+    return drawn
 
 
 def _stingray_point(ax, row: dict, marker: str, colour: str) -> None:
@@ -482,3 +536,177 @@ def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
     ax.legend(handles=handles, title="script", fontsize=7, title_fontsize=7, frameon=False, loc="best")
     ax.set_title(f"{title}: per character minus per byte" if title else "per character minus per byte")
     return save(fig, path)
+
+
+# ------------------------------------------------------------------------- Pitfalls: linguistic affinity
+
+AFFINITY_FILES = ("pairs.csv", "pairs-dropped.csv", "items.csv", "accuracy.csv", "affinity.csv")
+
+
+@dataclass
+class AffinityRun:
+    """A finished affinity run: the expanded pairs, their evaluation rows, A[x, y] and D[x, y] (rows x the
+    evaluation language, columns y the seed language), the run directory and the heat map's files."""
+
+    pairs: pd.DataFrame
+    rows: pd.DataFrame
+    accuracy: pd.DataFrame
+    affinity: pd.DataFrame
+    out: Path
+    figures: list[Path] = field(default_factory=list)
+
+
+def run_affinity(models: Models | LoadedModel | str, source: str | Path, out: str | Path, settings=None,
+                 languages: list[str] | None = None, limit: int | None = None, overwrite: bool = False,
+                 progress: bool = True, **values) -> AffinityRun:
+    """Fig. 7 of Cross-Lingual Pitfalls (§3.3, App. B.2) from found pairs (`source`: what `bench pitfalls`
+    reads; `limit` pairs per seed language, the paper: 100): expand every seed language's pairs into the
+    other languages of `source`, answer them (`settings.answer`), write `pairs.csv`, `pairs-dropped.csv`,
+    `items.csv`, `accuracy.csv` (A[x, y]), `affinity.csv` (D[x, y]), `affinity.json` and the heat map
+    `pitfalls_fig7.{pdf,png}` into `out`. Languages and prompts are checked before any model loads;
+    generations are kept in `out/generations.jsonl` (a rerun resumes)."""
+    from babelprobe.benchmarks.pitfalls.affinity import answer_pairs, check_languages, pairs_table
+    from babelprobe.benchmarks.pitfalls.search import _chat, expand_pairs
+    from babelprobe.benchmarks.pitfalls.settings import AFFINITY_PROTOCOLS, AffinitySettings, SearchSettings
+    from babelprobe.benchmarks.pitfalls.summary import affinity_accuracy, relative_affinity
+    from babelprobe.settings import settings_for
+
+    if settings is None:
+        settings = settings_for(AffinitySettings, values.pop("protocol", None), AFFINITY_PROTOCOLS, **values)
+    questions = pitfalls.load_pitfalls(source, languages, limit)
+    names = list(dict.fromkeys(questions["language_name"]))
+    check_languages(names, settings)
+    models = as_models(models)
+    answering = "model" if settings.answer == "likelihood" else settings.generator
+    who = models.identity(answering)
+    identity = {"benchmark": "pitfalls-affinity", "fingerprint": who["fingerprint"], **settings_record(settings)}
+    run = open_run(out, identity, record={"model": who["model"], "data": str(source), "languages": languages,
+                                          "limit": limit}, manifest="affinity.json", overwrite=overwrite,
+                   outputs=AFFINITY_FILES, what="a Pitfalls affinity run")
+    cache = run.path / "generations.jsonl"
+    translator = _chat(models, settings.translator, settings.chat_template)
+    pairs, dropped = expand_pairs(questions, names, translator, SearchSettings(max_new_tokens=settings.max_new_tokens,
+                                                                              translation=settings.translation),
+                                  cache=cache)
+    rows = answer_pairs(pairs, models, settings, cache=cache, progress=progress)
+    accuracy = affinity_accuracy(rows).reindex(index=[pitfalls_code(n) for n in names],
+                                               columns=[pitfalls_code(n) for n in names])
+    affinity = relative_affinity(accuracy, settings.c)
+    write_table(pairs_table(pairs), run.path / "pairs.csv")
+    write_table(dropped, run.path / "pairs-dropped.csv")
+    write_table(rows, run.path / "items.csv")
+    write_table(accuracy.reset_index(), run.path / "accuracy.csv")
+    write_table(affinity.reset_index().rename(columns={"index": "language"}), run.path / "affinity.csv")
+    drawn = plot_affinity(affinity, run.path / "pitfalls_fig7",
+                          title=f"Relative Affinity Score (Fig. 7): {who['model']}")
+    return AffinityRun(pairs=pairs, rows=rows, accuracy=accuracy, affinity=affinity, out=run.path, figures=drawn)
+
+
+def pitfalls_code(name: str) -> str:
+    from babelprobe.languages import language_code
+
+    return language_code(name)
+
+
+# ------------------------------------------------------------------------------------ several runs, reports
+
+def plot_eclektic_sizes(summaries: dict[str, pd.DataFrame], path: str | Path, title: str = "") -> list[Path]:
+    """ECLeKTiC Fig. 4: overall success and transfer score (all source × target pairs pooled, 95%
+    intervals) of several runs, one point per run in the order given (e.g. one model family by size)."""
+    labels, lines = list(summaries), {"overall_success": [], "transfer_score": []}
+    for summary in summaries.values():
+        pooled = summary[(summary["source_language"] == "all") & (summary["target_language"] == "all")
+                         & (summary.get("average", "pooled") == "pooled")]
+        for metric in lines:
+            row = pooled[pooled["metric"] == metric]
+            lines[metric].append(row.iloc[0][["value", "ci_low", "ci_high"]].to_numpy(float) if len(row)
+                                 else np.full(3, np.nan))
+    fig, ax = figure("one", height=2.8)
+    x = np.arange(len(labels))
+    for k, (metric, label) in enumerate((("overall_success", "overall success"), ("transfer_score", "transfer score"))):
+        values = np.array(lines[metric]).reshape(-1, 3)
+        errors = np.clip(np.vstack([values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]]), 0, None)
+        ax.errorbar(x, values[:, 0], yerr=errors, marker="os"[k], color=PALETTE[k], label=label, capsize=2, lw=1)
+    ax.set_xticks(x, labels, rotation=30, ha="right", rotation_mode="anchor")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("score (all pairs pooled)")
+    ax.legend(frameon=False)
+    ax.set_title(title or "ECLeKTiC: overall success and transfer by run (Fig. 4)")
+    return save(fig, path)
+
+
+def read_bench_run(path: str | Path) -> tuple[str, str, pd.DataFrame, dict]:
+    """(benchmark, model, summary, run.json) of a finished `bench NAME` directory."""
+    import json
+
+    from babelprobe.runs import LAYOUTS
+    from babelprobe.tables import read_table
+
+    path = LAYOUTS["bench"].check(path, "--results")
+    info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    return info.get("benchmark", ""), str(info.get("model") or path.name), read_table(path / SUMMARY), info
+
+
+def plot_runs(runs: list[str | Path], out: str | Path) -> dict[str, list[Path]]:
+    """The figures that put several runs of one benchmark side by side (`babelprobe bench figures`):
+    StingrayBench Figs. 4–6 and App. C Figs. 7, 8, 11–14 with one colour per model; ECLeKTiC Fig. 4
+    (overall success and transfer per run, in the order given). name -> files."""
+    from babelprobe.errors import BabelprobeError
+
+    read = [read_bench_run(r) for r in runs]
+    names = {name for name, *_ in read}
+    if len(names) != 1:
+        raise BabelprobeError(f"bench figures needs runs of one benchmark; got {', '.join(sorted(names))}")
+    name, out = names.pop(), Path(out)
+    summaries: dict[str, pd.DataFrame] = {}
+    for (_, model, summary, _), run in zip(read, runs, strict=True):
+        label = model if model not in summaries else f"{model} ({Path(run).name})"
+        summaries[label] = summary
+    if name == "stingray":
+        drawn = {"stingray-overall": plot_stingray_overall(summaries, out / "stingray-overall"),
+                 "stingray-pairs": plot_stingray_pairs(summaries, out / "stingray-pairs")}
+        return {**drawn, **plot_stingray_appendix(summaries, out)}
+    if name == "eclektic":
+        return {"eclektic_fig4": plot_eclektic_sizes(summaries, out / "eclektic_fig4")}
+    raise BabelprobeError(f"bench figures draws stingray and eclektic runs side by side, not {name!r}")
+
+
+def report_bench(path: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0):
+    """`babelprobe report --results DIR` for a `bench NAME` directory: the benchmark's figure from its
+    summary (and StingrayBench's App. C figures), redrawn into `out`, and report.md."""
+    from babelprobe.analysis.report import Report
+
+    name, model, summary, info = read_bench_run(path)
+    out = Path(out)
+    report = Report(out=out)
+    report.figures[name] = plot_benchmark(name, summary, out / name, model=model, source=info.get("data"))
+    if name == "stingray":
+        report.figures.update(plot_stingray_appendix({model: summary}, out, title=f"StingrayBench — {model}"))
+    _write_markdown(report, f"{name} run {path} ({model})")
+    return report
+
+
+def report_affinity(path: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0):
+    """`babelprobe report --results DIR` for a `bench pitfalls-affinity` directory: Fig. 7 and report.md."""
+    import json
+
+    from babelprobe.analysis.report import Report
+    from babelprobe.tables import read_table
+
+    path, out = Path(path), Path(out)
+    info = json.loads((path / "affinity.json").read_text(encoding="utf-8"))
+    affinity = read_table(path / "affinity.csv").set_index("language")
+    report = Report(out=out)
+    report.figures["pitfalls_fig7"] = plot_affinity(affinity, out / "pitfalls_fig7",
+                                                    title=f"Relative Affinity Score (Fig. 7): {info.get('model', '')}")
+    _write_markdown(report, f"Cross-Lingual Pitfalls affinity run {path}")
+    return report
+
+
+def _write_markdown(report, heading: str) -> None:
+    from babelprobe.tables import atomic_path
+
+    lines = [f"# {heading}", ""] + [f"- {name}: {', '.join(p.name for p in files)}"
+                                    for name, files in report.figures.items()]
+    with atomic_path(report.out / "report.md") as tmp:
+        tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")

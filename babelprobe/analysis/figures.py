@@ -2,11 +2,12 @@
 `babelprobe.analysis.style`. Every function takes tidy tables and returns a matplotlib Figure; write it
 with `style.save(fig, "name")` (PDF + 300-dpi PNG).
 
-    plot_layer_curves(probe.table)             # Fig. 5: F1 by layer, one panel per subset, band = 95% CI
+    plot_layer_curves(probe.table)             # Fig. 5's form: F1 by layer, one panel per subset, band = 95% CI
     plot_layer_curves(language_curves(probe))  #         the same with subsets averaged, one panel
     plot_peak_typology(language_peaks(probe))  # Fig. 6: peak layer per language, grouped by typology
     plot_peak_heatmap(subset_peaks(probe))     # Fig. 14: peak layer per language × subset
-    plot_method_bars(result.items)             # Fig. 2: meta / direct / neuro pair accuracy per language
+    plot_method_bars(result.items)             # meta / direct / neuro pair accuracy per language (Fig. 2's form:
+                                               # xcomps_figures, `xcomps_fig2` of the report)
     plot_method_correlations(result.summary)   # Fig. 3: method against method over language × subset cells
     plot_transfer(probe.transfer, probe.peaks) # train language × test language probe F1
 
@@ -116,7 +117,8 @@ def subset_order(subsets) -> list[str]:
 def plot_layer_curves(table: pd.DataFrame, x: str = "layer", title: str | None = None, *, value: str = "f1_mean",
                       low: str = "f1_ci_low", high: str = "f1_ci_high", reference: tuple[float, str] = (0.5, "chance"),
                       ylim: tuple[float, float] | None = (0, 1.02), ylabel: str = "probe F1 (cross-validated)"):
-    """F1 by layer, one line per language with its 95% interval as a band (XCOMPS Fig. 5).
+    """F1 by layer, one line per language with its 95% interval as a band (XCOMPS Fig. 5's form with the
+    per-subset table; the subsets-averaged curves are babelprobe's summary).
 
     `table` is a per-layer probe table (`probe.table`, `layers.csv`: one panel per subset) or
     `language_curves(probe)` (no subset column: one panel, subsets averaged). `x` is "layer" or
@@ -280,7 +282,8 @@ def plot_transfer(transfer: pd.DataFrame, peaks: pd.DataFrame | None = None, lay
 
 def plot_method_bars(items: pd.DataFrame, title: str | None = None):
     """Pair accuracy of meta, direct and neuro per language, with 95% Wilson intervals and the chance
-    line at 0.5 (XCOMPS Fig. 2). `items` is the per-pair join (`items.csv`): every method is judged on
+    line at 0.5 (babelprobe's view of XCOMPS Fig. 2's data; the paper's form is `xcomps_fig2`). `items` is the
+    per-pair join (`items.csv`): every method is judged on
     the same pairs by the same rule, the acceptable sentence scoring higher (neuro: the out-of-fold
     probe score at each group's peak layer)."""
     present = [m for m in methods.METHODS if f"{m}_correct" in items.columns]

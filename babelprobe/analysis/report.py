@@ -43,6 +43,8 @@ REPORTS: dict[str, str] = {
     "patch": "babelprobe.analysis.patching:report",
     "sae": "babelprobe.analysis.sae:report",
     "neurons": "babelprobe.analysis.neurons:report",
+    "bench": "babelprobe.analysis.benchmarks:report_bench",
+    "pitfalls-affinity": "babelprobe.analysis.benchmarks:report_affinity",
 }
 
 
@@ -113,14 +115,14 @@ def method_accuracy(items: pd.DataFrame) -> pd.DataFrame:
 # name, caption, and what it is drawn from; the order is the order in report.md
 FIGURES = {
     "layer_curves": "Probe F1 by layer, one line per language, subsets averaged; bands are 95% bootstrap "
-                    "intervals over pairs (XCOMPS Fig. 5).",
-    "layer_curves_by_subset": "Probe F1 by layer, one panel per subset; bands are the 95% bootstrap intervals "
-                              "of each language × subset group.",
+                    "intervals over pairs (babelprobe's summary; XCOMPS Fig. 5's form is layer_curves_by_subset).",
+    "layer_curves_by_subset": "XCOMPS Fig. 5 in its form: probe F1 by layer, one panel per subset; bands are the 95% "
+                              "bootstrap intervals of each language × subset group.",
     "peak_typology": "Peak layer of each language (subsets averaged) with its 95% bootstrap interval, grouped by "
                      "typology; bars are class means (XCOMPS Fig. 6).",
     "peak_heatmap": "Peak layer per language × subset (XCOMPS Fig. 14).",
     "method_bars": "Pair accuracy of meta, direct and neuro per language with 95% Wilson intervals; dashed line: "
-                   "chance (XCOMPS Fig. 2).",
+                   "chance (babelprobe's view: every method by one pair rule; XCOMPS Fig. 2's form is xcomps_fig2).",
     "method_correlations": "Method against method over language × subset cells, with Pearson r and Spearman ρ "
                            "and 95% intervals (XCOMPS Fig. 3).",
     "transfer": "Cross-lingual transfer: F1 of a probe trained on one language (rows) and tested on another "

@@ -37,6 +37,26 @@ from babelprobe.probes.settings import PROTOCOLS
 # The probing protocols live with the probes (`probes.settings`): babelprobe's default keeps the two
 # sentences of a pair in one fold; "paper" is XCOMPS §4.2 (docs/fidelity.md).
 METHOD_METRIC = {"meta": "accuracy", "direct": "accuracy", "neuro": "f1"}
+PAPER_DTYPE = "float16"  # XCOMPS §4.1: "During inference, we adopt float16 precision"
+
+
+def protocol_dtype(protocol: str, dtype: str | None, device: str | None) -> str | None:
+    """The model dtype a protocol runs: under "paper" float16 on CUDA (§4.1; a different --dtype there is
+    an error), elsewhere what was given (None: babelprobe's choice, float32 on CPU, where float16 is slow
+    and the default model's residual stream overflows it)."""
+    if protocol != "paper":
+        return dtype
+    import torch
+
+    from babelprobe.models import auto_device
+
+    on_cuda = (torch.device(device) if device else auto_device()).type == "cuda"
+    if not on_cuda:
+        return dtype
+    if dtype not in (None, PAPER_DTYPE):
+        raise BabelprobeError(f"--protocol paper runs --model-dtype {PAPER_DTYPE} on CUDA (XCOMPS §4.1); drop "
+                              f"--model-dtype {dtype} or the --protocol")
+    return PAPER_DTYPE
 
 
 # ------------------------------------------------------------------------------------------- protocol

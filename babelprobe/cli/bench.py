@@ -11,7 +11,6 @@ only: no torch, transformers or matplotlib until a command runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from babelprobe.benchmarks.base import BENCHMARKS, benchmark
 from babelprobe.bundled import bundled_sets
@@ -42,6 +41,8 @@ def register(sub) -> None:
         add_runtime_options(bench)
         bench.set_defaults(func=run, benchmark_name=name)
     add_search_parser(names)
+    add_affinity_parser(names)
+    add_figures_parser(names)
 
 
 def add_source_options(parser, name: str) -> None:
@@ -105,7 +106,7 @@ def run(args) -> int:
 # ------------------------------------------------------------------------------------- pitfalls-search
 
 def add_search_parser(names) -> None:
-    from babelprobe.benchmarks.pitfalls.settings import SearchSettings
+    from babelprobe.benchmarks.pitfalls.settings import SEARCH_PROTOCOLS, SearchSettings
 
     search = names.add_parser(
         "pitfalls-search", help="Cross-Lingual Pitfalls: beam search for questions a model fails only in the "
@@ -125,10 +126,12 @@ def add_search_parser(names) -> None:
     roles.add_argument("--perturber", default="local", metavar="SPEC", help="generator writing distractions (default local)")
     roles.add_argument("--translator", default="local", metavar="SPEC", help="generator translating (default local)")
     roles.add_argument("--sim-models", type=comma_list, default=[], metavar="LIST",
-                       help="further simulation models (model specs) besides --model")
+                       help="further simulation models besides --model: model specs (--answer likelihood) or "
+                       "generator specs (--answer generate; a bare model spec is local:SPEC)")
     roles.add_argument("--reduction", default="per_byte", help="how simulation models combine a choice's token "
                        "log-probs (default per_byte)")
-    add_settings_options(search, SearchSettings, "pitfalls-search settings (recorded in the search's manifest)")
+    add_settings_options(search, SearchSettings, "pitfalls-search settings (recorded in the search's manifest)",
+                         presets=SEARCH_PROTOCOLS)
     add_runtime_options(search)
     search.set_defaults(func=run_search)
 
@@ -137,13 +140,13 @@ def run_search(args) -> int:
     import numpy as np
 
     from babelprobe.benchmarks.pitfalls.search import SearchSettings, search_languages
+    from babelprobe.benchmarks.pitfalls.settings import SEARCH_PROTOCOLS
 
     require_items(args)
     if not args.languages:
         raise BabelprobeError("pitfalls-search needs --languages: the target languages by English name, e.g. "
                               "Chinese,French")
-    fields = {f.name for f in dataclasses.fields(SearchSettings)}
-    settings = SearchSettings(**{k: getattr(args, k) for k in fields if hasattr(args, k)})
+    settings = settings_from(args, SearchSettings, SEARCH_PROTOCOLS)
     models = models_from(args)
     found = search_languages(args.items, args.languages, models, settings, args.out, perturber=args.perturber,
                              translator=args.translator, sim_models=args.sim_models, reduction=args.reduction,
@@ -156,3 +159,62 @@ def run_search(args) -> int:
           "and the search traces")
     return 0
 
+
+
+# ----------------------------------------------------------------------------------- pitfalls-affinity
+
+def add_affinity_parser(names) -> None:
+    from babelprobe.benchmarks.pitfalls.settings import AFFINITY_PROTOCOLS, AffinitySettings
+
+    parser = names.add_parser(
+        "pitfalls-affinity", help="Cross-Lingual Pitfalls Fig. 7: expand found pairs into the other languages, "
+        "evaluate them, Relative Affinity Score heat map", description="Expand every seed language's found pairs "
+        "(--items: what `bench pitfalls` reads) into the other languages of --items, answer them, and write the "
+        "accuracy matrix A[x, y], the Relative Affinity Score D[x, y] (§3.3) and its heat map (Fig. 7).")
+    add_model_options(parser)
+    add_source_options(parser, "pitfalls")
+    add_settings_options(parser, AffinitySettings, "pitfalls-affinity settings (recorded in affinity.json)",
+                         presets=AFFINITY_PROTOCOLS)
+    add_runtime_options(parser)
+    parser.set_defaults(func=run_affinity)
+
+
+def run_affinity(args) -> int:
+    from babelprobe.analysis.benchmarks import run_affinity as run_it
+    from babelprobe.benchmarks.pitfalls.settings import AFFINITY_PROTOCOLS, AffinitySettings
+
+    settings = settings_from(args, AffinitySettings, AFFINITY_PROTOCOLS)
+    result = run_it(models_from(args), args.items, args.out, settings, languages=args.languages, limit=args.limit,
+                    overwrite=args.overwrite, progress=not args.no_progress)
+    kept = result.pairs["seed_language"].ne(result.pairs["language"]).sum() if len(result.pairs) else 0
+    print(f"Cross-Lingual Pitfalls affinity ({args.items}), protocol {settings.protocol}, answer {settings.answer}: "
+          f"{len(result.pairs)} pairs ({kept} expanded), {len(result.rows)} answers")
+    print("A[x, y] (rows: evaluated language x, columns: seed language y):")
+    print(result.accuracy.round(3).to_string())
+    print("D[x, y] (lower: stronger affinity):")
+    print(result.affinity.round(3).to_string())
+    print(f"wrote {result.out / 'affinity.csv'}, {result.out / 'accuracy.csv'}, "
+          f"{result.figures[-1] if result.figures else '(no figure)'}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- figures
+
+def add_figures_parser(names) -> None:
+    parser = names.add_parser(
+        "figures", help="several runs of one benchmark in one figure (StingrayBench Figs. 4-8, 11-14 by model; "
+        "ECLeKTiC Fig. 4 by run)", description="Draw the figures that compare runs: StingrayBench's overall and "
+        "per-pair figures and App. C's per-task ones with one colour per model, or ECLeKTiC's Fig. 4 (overall "
+        "success and transfer score per run, in the order given: e.g. one model family by size).")
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="finished `bench NAME` directories")
+    parser.add_argument("--out", required=True, metavar="DIR", help="where to write the figures")
+    parser.set_defaults(func=run_figures)
+
+
+def run_figures(args) -> int:
+    from babelprobe.analysis.benchmarks import plot_runs
+
+    drawn = plot_runs(args.runs, args.out)
+    for name, files in drawn.items():
+        print(f"{name}: {', '.join(str(f) for f in files)}")
+    return 0

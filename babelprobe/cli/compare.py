@@ -68,6 +68,9 @@ def run(args) -> int:
         raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise BabelprobeError(f"--out {args.out} exists and is not a directory")
+    from babelprobe.analysis.xcomps import protocol_dtype
+
+    args.model_dtype = protocol_dtype(settings.protocol, args.model_dtype, args.device)  # the paper: float16 on CUDA
     items = items_from(args)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,
               "language": args.language}

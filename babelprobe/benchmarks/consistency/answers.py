@@ -19,10 +19,10 @@ from babelprobe.benchmarks.consistency.task import PARTS, Task
 from babelprobe.benchmarks.core.generate import Generator, generate_cached
 from babelprobe.languages import separator
 
-CONDITIONS = ("orig", "T", "I", "X", "R", "P", "rerun")
+CONDITIONS = ("orig", "T", "I", "X", "R", "M", "P", "rerun")
 # Which version of the instruction and of the input each condition uses.
 SENSES = {"orig": ("source", "source"), "T": ("translated", "translated"), "I": ("translated", "source"),
-          "X": ("source", "translated"), "R": ("translated", "reference"), "P": ("paraphrased", "paraphrased"),
+          "X": ("source", "translated"), "R": ("translated", "reference"), "M": ("native", "source"), "P": ("paraphrased", "paraphrased"),
           "rerun": ("source", "source")}
 STOP = ["\n"]
 
@@ -117,12 +117,14 @@ def condition_requests(data: Data, senses: pd.DataFrame, settings: Settings) -> 
         has_reference = {t: all(pd.notna(item_dict.get(f"{f}_{t}")) for f in task.fields) for t in data.targets}
         plans = [("orig", src)] + [(c, t) for t in data.targets for c in ("T", "I", "X")]
         plans += [("R", t) for t in data.targets if has_reference[t]]
+        plans += [("M", t) for t in data.targets] if settings.mixed else []  # Table 9: native instruction of t
         plans += [("P", src)] if settings.baseline in ("paraphrase", "both") else []
         plans += [("rerun", src)] if settings.baseline in ("rerun", "both") else []
         for condition, lang in plans:
             instruction_sense, input_sense = SENSES[condition]
-            if instruction_sense == "source":
-                parts, part_status = prompts.instruction(task.name, src), dict.fromkeys(PARTS, "original")
+            if instruction_sense in ("source", "native"):
+                parts = prompts.instruction(task.name, src if instruction_sense == "source" else lang)
+                part_status = dict.fromkeys(PARTS, "original")
             else:
                 keys = {part: (instruction_sense, "", part, lang) for part in PARTS}
                 parts = {part: texts[key] for part, key in keys.items()}

@@ -35,6 +35,8 @@ def check_settings(data: Data, settings: Settings) -> None:
         raise BabelprobeError("no target language other than the items' own; give them with --languages (e.g. de,zh)")
     for lang in sorted(set(data.targets) | set(data.items["language"])):
         data.task.words(lang, " (needed to read answers in it)")
+        if settings.mixed and lang in data.targets:
+            data.prompts.instruction(data.task.name, lang)  # condition M asks the native instruction
         if settings.cue:
             data.prompts.question(dict.fromkeys(PARTS, ""), ["", ""], lang, cue=True)
     sense_requests(Data(data.items.head(1), data.task, data.prompts, data.skipped, data.targets), settings)

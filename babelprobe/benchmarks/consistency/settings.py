@@ -18,7 +18,8 @@ COMET_MODEL = "Unbabel/wmt22-comet-da"  # §3.3, footnote 4
 # answers to the App. B instruction, valid when they match or contain the label word. §3.3 / App. C:
 # the translation prompts. §4.4 / Table 5: the baseline is a second run of the source task.
 PROTOCOLS = {"paper": {"answer": "generate", "cue": False, "translation_prompt": "paper", "temperature": 0.25,
-                       "answer_tokens": 256, "max_new_tokens": 2048, "first_line": False, "baseline": "rerun"}}
+                       "answer_tokens": 256, "max_new_tokens": 2048, "first_line": False, "baseline": "rerun",
+                       "chat_template": "auto"}}  # the paper's models were chat models: their template when they have one
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class Settings:
         aliases=("--no-chat-template=off",),
         help="local generators: send each prompt as the user turn of the model's chat template: off, auto (when "
         "the model has one), on (instruction-tuned local models; the paper's model was a chat model)")
+    mixed: bool = option(False,
+        help="also condition M (Table 9, App. F): each item's original input with the native App. B instruction of "
+        "each target language (no translation by the model)")
     comet: bool = option(False,
         help=f"also score translations with COMET-22 ({COMET_MODEL}; needs the 'comet' extra and downloads "
         "the model)")

@@ -134,7 +134,8 @@ def summarize(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 LEGEND = ("conditions: T/I/X = instruction and input / instruction only / input only translated by the model "
-          "(Table 1); R = translated instruction, reference input (babelprobe's); P = paraphrase baseline "
+          "(Table 1); R = translated instruction, reference input (babelprobe's); M = native instruction of the language, "
+          "original input (Table 9, App. F; --mixed); P = paraphrase baseline "
           "(babelprobe's addition); rerun = second sampled run of the source task (Table 5)")
 
 

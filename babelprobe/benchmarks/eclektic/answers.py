@@ -110,14 +110,15 @@ def check_contexts(rows: pd.DataFrame) -> None:
 
 
 def judge_llm(rows: pd.DataFrame, generator: Generator, prompt_file: str | Path | None = None,
-              cache: str | Path | None = None, progress: bool = False) -> pd.DataFrame:
-    """`correct` when the judge answers YES to the judge prompt (context, question, prediction)."""
+              cache: str | Path | None = None, progress: bool = False, label: str | None = None) -> pd.DataFrame:
+    """`correct` when the judge answers YES to the judge prompt (context, question, prediction); the rows'
+    `judge` is `label` (default `llm:<judge's name>`; `self` when the answering model judges itself)."""
     check_contexts(rows)
     prompts = judge_prompts(rows, judge_template(prompt_file))
     outputs = generate_cached(generator, prompts, cache, max_new_tokens=JUDGE_TOKENS, stop=STOP, progress=progress,
                               desc="judging")
     verdicts = [_verdict(o) for o in outputs]
-    return rows.assign(correct=[v == "YES" for v in verdicts], judge=f"llm:{generator.name}",
+    return rows.assign(correct=[v == "YES" for v in verdicts], judge=label or f"llm:{generator.name}",
                        judge_output=[o.strip() for o in outputs])
 
 
@@ -144,7 +145,7 @@ def run_eclektic(generator: Generator, questions: pd.DataFrame, templates: dict[
         if judge_generator is None:
             raise BabelprobeError(f"judge {judge!r} needs a judge generator")
         rows = judge_llm(rows.drop(columns=["correct", "judge", "judge_output"]), judge_generator, judge_prompt,
-                         cache=cache, progress=progress)
+                         cache=cache, progress=progress, label="self" if judge == "self" else None)
     rows.insert(list(rows.columns).index("subset") + 1, "method", method)
     rows["correct"] = rows["correct"].astype(bool)
     return rows.drop(columns=["_source"])
@@ -174,7 +175,7 @@ def run(data: pd.DataFrame, models, settings: Settings = Settings(), out: Path |
     generator = answering_generator(models, settings)
     chat = settings.generator.startswith("openai:") or getattr(generator, "chat_template", False)
     judge = None  # `match` needs no model
-    if settings.judge == "llm":
+    if settings.judge == "self":
         judge = generator
     elif settings.judge.startswith("llm:"):
         judge = models.generator(settings.judge[4:])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from babelprobe.benchmarks.core.options import CHAT_TEMPLATE, CHAT_TEMPLATE_VALUES, SPEC_HELP
+from babelprobe.benchmarks.core.options import CHAT_TEMPLATE, CHAT_TEMPLATE_VALUES, SPEC_HELP, check_spec
 from babelprobe.errors import BabelprobeError
 from babelprobe.settings import one_of, option, resolve_values
 
@@ -23,7 +23,8 @@ class Settings:
     the defaults and the paper preset with the paper."""
 
     protocol: str = option("default", help="settings preset: default (babelprobe's, for any model) or paper "
-                           "(the paper's closed-book prompt, uncut answers, the App. A.2 LLM judge)")
+                           "(the paper's closed-book prompt, uncut answers, the chat template when the model has "
+                           "one; needs --judge llm:SPEC or --judge self)")
     generator: str = option("local", metavar="SPEC", help=f"who answers: {SPEC_HELP}")
     chat_template: str = option("off", choices=CHAT_TEMPLATE, values=CHAT_TEMPLATE_VALUES, const="on",
         aliases=("--no-chat-template=off",),
@@ -38,9 +39,10 @@ class Settings:
     answer_cut: str = option("auto", choices=("auto", "none", "first-line"),
         help="keep the whole answer (none) or its first line; auto: the first line for the qa frame only")
     max_new_tokens: int = option(256, budget=True, help="answer length bound, in tokens")
-    judge: str = option("match", metavar="match|llm|llm:SPEC",
-        help="match (babelprobe's normalised containment) or the paper's LLM judge with the App. A.2 prompt: llm "
-        "(the answering model) or llm:SPEC (another generator)")
+    judge: str = option("match", metavar="match|self|llm:SPEC", values={"llm": "self"},
+        help="match (babelprobe's normalised containment) or the paper's LLM judge with the App. A.2 prompt: "
+        "llm:SPEC (a judge generator; the paper: Gemini 2.0 Flash) or self (the answering model judges itself, "
+        "recorded as judge=self; 'llm' is its old spelling)")
     judge_prompt: str | None = option(None, metavar="FILE", help="your judge prompt with {context} {question} "
                                       "{predicted_answer} [{target_language}]; unset: App. A.2 (set judge of "
                                       "data/prompts/eclektic.tsv)")
@@ -50,13 +52,21 @@ class Settings:
         one_of(self, "chat_template", CHAT_TEMPLATE)
         one_of(self, "prompt_set", ("auto", *PROMPT_SETS))
         one_of(self, "answer_cut", ("auto", "none", "first-line"))
-        if self.judge not in ("match", "llm") and not self.judge.startswith("llm:"):
-            raise BabelprobeError(f"--judge {self.judge!r}: use match, llm or llm:SPEC")
+        if self.judge not in ("match", "self") and not self.judge.startswith("llm:"):
+            raise BabelprobeError(f"--judge {self.judge!r}: use match, self or llm:SPEC ({SPEC_HELP})")
+        if self.judge.startswith("llm:"):
+            check_spec(self.judge[4:], f"--judge {self.judge!r}: the judge")
+        check_spec(self.generator, "--generator")
+        if self.protocol == "paper" and self.judge == "match":
+            raise BabelprobeError("--protocol paper needs --judge: the paper judged every model's answers with Gemini "
+                                  "2.0 Flash (App. A.2); give --judge llm:SPEC (e.g. llm:openai:MODEL@URL), or "
+                                  "--judge self to accept the answering model judging itself (rows record judge=self)")
         if self.chat_template == "on" and not self.generator.startswith("local"):
             raise BabelprobeError(f"--chat-template applies to local generators, not {self.generator!r} "
                                   "(openai: endpoints are chat endpoints already)")
 
 
-# The paper's protocol (§3.2, §4.1, App. A): the bare question, whole answers, the App. A.2 LLM judge. A local
-# instruction-tuned model also needs --chat-template (the paper's models were prompted in their chat format).
-PROTOCOLS = {"paper": {"prompt_set": "closed-book", "answer_cut": "none", "judge": "llm"}}
+# The paper's protocol (§3.2, §4.1, App. A): the bare question, whole answers, the chat template when a local model
+# has one (the paper's models were prompted in their chat format). The judge is not in the preset: the paper's was
+# Gemini 2.0 Flash for every model, so `--judge llm:SPEC` names one, or `--judge self` accepts self-judging.
+PROTOCOLS = {"paper": {"prompt_set": "closed-book", "answer_cut": "none", "chat_template": "auto"}}

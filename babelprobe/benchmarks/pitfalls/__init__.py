@@ -25,10 +25,16 @@ carried on every row and reported in the summary.
     (data/prompts/pitfalls.tsv), the question, the choices one per line and an answer label; each choice
     is scored as a continuation (`choices.option_scores`, reduced per UTF-8 byte by default) and the best
     one is the answer. Method `likelihood`.
-  - `generate` (`--protocol paper`): the paper's protocol (App. E): the generator answers zero-shot with
-    chain of thought ("Template for Answering ... Questions (Zero-Shot + CoT)" in the question's
-    language; English where App. E has none) and an extractor LLM picks the choice ("Template for
-    Extracting Answer"); exact match with the gold choice. Method `cot-extract`.
+  - `generate` (`--protocol paper`): the released evaluation that produced the paper's Figs. 3, 5 and
+    11–25 (eva.py -> utils/answers.py `simulate`): the generator answers the language's simulation
+    instruction, the question and the choice list, without chain of thought (one instruction per language,
+    all 17 target languages of the release and English; data/prompts/pitfalls_release.tsv), then the
+    extractor (the release: gpt-4o-mini; `--extractor`, default the answering model, recorded in every row)
+    picks the choice with the release's extraction prompt; exact match with the gold choice. Method
+    `simulate-extract`. A language the release has no instruction for is an error.
+  - `cot`: App. E's templates (zero-shot chain of thought, "Template for Answering ... Questions" in the
+    question's language, English where App. E has none), then "Template for Extracting Answer". The paper
+    text describes this; the released evaluation did not use it. Method `cot-extract`.
 Rows, summary and run.json record the protocol and method.
 
 **Metrics.** Accuracy per language × version (× category) with Wilson intervals; the drop English →
@@ -49,7 +55,15 @@ variants asked), `answers` (likelihood and chain-of-thought answers; the contrac
 imports the steps when first used.
 """
 
-from babelprobe.benchmarks.pitfalls.settings import METHODS, NAME, PROTOCOLS, TITLE, SearchSettings, Settings
+from babelprobe.benchmarks.pitfalls.settings import (
+    METHODS,
+    NAME,
+    PROTOCOLS,
+    SEARCH_PROTOCOLS,
+    TITLE,
+    SearchSettings,
+    Settings,
+)
 from babelprobe.lazy import lazy_exports
 
 # the steps, for notebooks and tests: public name -> the module that defines it, imported when first used
@@ -62,7 +76,8 @@ _STEPS = {
     "prompts", "format_choices": "prompts", "variant_rows": "prompts", "build_requests": "prompts",
     "TEMPLATE_FIELDS": "prompts", "VARIANTS": "prompts", "CARRIED": "prompts",
     "check": "answers", "run": "answers", "answerer": "answers", "score_pitfalls": "answers",
-    "answer_cot": "answers", "parse_choice": "answers", "CHUNK_QUESTIONS": "answers",
+    "answer_cot": "answers", "answer_release": "answers", "ReleaseAnswerer": "answers", "parse_choice": "answers",
+    "load_release": "prompts", "release_template": "prompts", "RELEASE_FIELDS": "prompts", "CHUNK_QUESTIONS": "answers",
     "summarize": "summary", "format_summary": "summary", "wide": "summary", "pitfalls_summary": "summary",
     "paired": "summary", "question_scores": "summary", "simulation_score": "summary", "affinity_accuracy":
     "summary", "relative_affinity": "summary", "load_counts": "summary", "CELL": "summary", "METRICS":
@@ -73,12 +88,12 @@ __all__ = [
     "NAME", "TITLE", "Settings", "PROTOCOLS", "load", "check", "run", "summarize", "format_summary",
     "answerer",
     # the steps, for notebooks and tests
-    "METHODS", "SearchSettings", "BOOTSTRAP", "BUNDLED", "CARRIED", "CELL", "CHUNK_QUESTIONS", "COUNTS",
+    "METHODS", "SearchSettings", "SEARCH_PROTOCOLS", "RELEASE_FIELDS", "ReleaseAnswerer", "BOOTSTRAP", "BUNDLED", "CARRIED", "CELL", "CHUNK_QUESTIONS", "COUNTS",
     "C_AFFINITY", "FIELDS", "KEPT", "LABELS", "METRICS", "QUOTES", "TEMPLATE_FIELDS", "VARIANTS",
-    "affinity_accuracy", "answer_cot", "available_languages", "build_requests", "check_record",
+    "affinity_accuracy", "answer_cot", "answer_release", "available_languages", "build_requests", "check_record",
     "format_choices", "format_prompt", "load_counts", "load_paper_results", "load_pitfalls",
-    "load_prompts", "load_templates", "normalise_side", "paired", "parse_choice", "pitfalls_summary",
-    "question_scores", "relative_affinity", "resolve_source", "score_pitfalls", "select_languages",
+    "load_prompts", "load_release", "load_templates", "normalise_side", "paired", "parse_choice", "pitfalls_summary",
+    "question_scores", "relative_affinity", "release_template", "resolve_source", "score_pitfalls", "select_languages",
     "simulation_score", "template_for", "unwrap_quotes", "variant_rows", "wide",
 ]
 __getattr__, __dir__ = lazy_exports(__name__, _STEPS)

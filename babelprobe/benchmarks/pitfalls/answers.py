@@ -1,6 +1,8 @@
 """Cross-Lingual Pitfalls answers: every variant of every question by likelihood of its choices
-(`score_pitfalls`) or by the paper's protocol, chain of thought then an extractor (`answer_cot`,
-`parse_choice`), and the benchmark contract's `check`, `run` and `answerer`."""
+(`score_pitfalls`), as the released evaluation asks (`answer_release`: the language's simulation
+instruction without chain of thought, then an extractor), or with App. E's chain of thought then an
+extractor (`answer_cot`); `parse_choice` reads an extraction; `ReleaseAnswerer` is a simulation model of
+the search that answers the release's way; and the benchmark contract's `check`, `run` and `answerer`."""
 
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from babelprobe.benchmarks.pitfalls.prompts import (
     build_requests,
     format_choices,
     load_prompts,
+    load_release,
     load_templates,
+    release_template,
     template_for,
     variant_rows,
 )
@@ -70,29 +74,57 @@ def score_pitfalls(model: LoadedModel | str, questions: pd.DataFrame, reduction:
 def answer_cot(questions: pd.DataFrame, generator, extractor=None, templates: pd.DataFrame | None = None,
                max_new_tokens: int = 1024, cache: str | Path | None = None, progress: bool = True,
                variants: tuple[tuple[str, str], ...] = tuple(VARIANTS)) -> pd.DataFrame:
-    """The paper's answering protocol (App. E): `generator` answers each variant zero-shot with chain of
-    thought ("Template for Answering ... Questions (Zero-Shot + CoT)" in the question's language, the
-    English one where App. E has none), then `extractor` (default: the generator) picks its final answer
-    from the choices ("Template for Extracting Answer"). A pick that is not exactly one of the choices is
-    wrong, as in the released code. Generations go through the resumable `cache` (JSONL) when given.
-    One row per question × variant (method 'cot-extract') with the response, the extraction and `correct`."""
-    from babelprobe.benchmarks.core.generate import generate_cached
-
+    """App. E's answering (`--answer cot`): `generator` answers each variant zero-shot with chain of thought
+    ("Template for Answering ... Questions (Zero-Shot + CoT)" in the question's language, the English one
+    where App. E has none), then `extractor` (default: the generator) picks its final answer from the
+    choices ("Template for Extracting Answer"). One row per question × variant (method 'cot-extract')."""
     templates = load_templates() if templates is None else templates
-    extractor = extractor or generator
     rows = variant_rows(questions, variants)
     asked = [template_for(templates, "answer", lang) for lang in rows["language"]]
     prompts = [t.format(question=q, choices=format_choices(c))
                for (t, _), q, c in zip(asked, rows["question"], rows["choices"], strict=True)]
+    extract, _ = template_for(templates, "extract", "en")
+    rows = _generate_and_extract(rows, prompts, extract, generator, extractor or generator, max_new_tokens, cache,
+                                 progress)
+    rows.insert(4, "method", METHODS["cot"])
+    rows.insert(rows.columns.get_loc("n_choices"), "template_language", [lang for _, lang in asked])
+    return rows
+
+
+def answer_release(questions: pd.DataFrame, generator, extractor=None, release: pd.DataFrame | None = None,
+                   max_new_tokens: int = 1024, cache: str | Path | None = None, progress: bool = True,
+                   variants: tuple[tuple[str, str], ...] = tuple(VARIANTS)) -> pd.DataFrame:
+    """The released evaluation (eva.py -> utils/answers.py `simulate`; `--answer generate`, the paper
+    preset): `generator` answers each variant prompted with its language's simulation instruction, the
+    question and the choices, without chain of thought (data/prompts/pitfalls_release.tsv `simulate`);
+    `extractor` (the release: gpt-4o-mini; default: the generator) picks the choice with the release's
+    `extract_answer_dk` prompt. A pick that is not one of the choices is wrong (eva.py, one model per
+    call: no extracted answer scores 0). One row per question × variant (method 'simulate-extract')."""
+    release = load_release() if release is None else release
+    rows = variant_rows(questions, variants)
+    prompts = [release_template(release, "simulate", lang).format(question=q, choices=format_choices(c))
+               for lang, q, c in zip(rows["language"], rows["question"], rows["choices"], strict=True)]
+    extract = release_template(release, "extract", "*")
+    rows = _generate_and_extract(rows, prompts, extract, generator, extractor or generator, max_new_tokens, cache,
+                                 progress)
+    rows.insert(4, "method", METHODS["generate"])
+    return rows
+
+
+def _generate_and_extract(rows: pd.DataFrame, prompts: list[str], extract: str, generator, extractor,
+                          max_new_tokens: int, cache, progress: bool) -> pd.DataFrame:
+    """Generate the answers of `prompts`, then ask `extractor` for the choice (the extraction template is
+    filled with the question, the response and the choices); the rows gain the response, the extraction,
+    the pick, `correct` and who generated and extracted. Generations go through the resumable `cache`."""
+    from babelprobe.benchmarks.core.generate import generate_cached
+
     responses = generate_cached(generator, prompts, cache, max_new_tokens=max_new_tokens, progress=progress,
                                 desc="answering")
-    extract, _ = template_for(templates, "extract", "en")
     picks = generate_cached(extractor, [extract.format(question=q, answer=r, choices=format_choices(c))
                                         for q, r, c in zip(rows["question"], responses, rows["choices"], strict=True)],
                             cache, max_new_tokens=max_new_tokens, progress=progress, desc="extracting")
     parsed = [parse_choice(p, c) for p, c in zip(picks, rows["choices"], strict=True)]
-    rows.insert(4, "method", METHODS["generate"])
-    rows["template_language"] = [lang for _, lang in asked]
+    rows = rows.copy()
     rows["n_choices"] = rows["choices"].map(len)
     rows["response"], rows["extraction"] = responses, picks
     rows["extracted"] = [text for _, text in parsed]
@@ -101,6 +133,29 @@ def answer_cot(questions: pd.DataFrame, generator, extractor=None, templates: pd
     rows["generator"], rows["extractor"] = generator.name, extractor.name
     rows["choices"] = rows["choices"].map(lambda c: json.dumps(c, ensure_ascii=False))
     return rows
+
+
+class ReleaseAnswerer:
+    """A simulation model of the search that answers as the released run.py does (utils/answers.py
+    `simulate`: no chain of thought, then an extraction); `answer(questions, choices, languages)` gives
+    the chosen indices (−1: nothing usable extracted, counted wrong)."""
+
+    def __init__(self, generator, extractor=None, release: pd.DataFrame | None = None, max_new_tokens: int = 1024,
+                 cache: str | Path | None = None):
+        self.generator, self.extractor = generator, extractor or generator
+        self.release = load_release() if release is None else release
+        self.max_new_tokens, self.cache, self.name = max_new_tokens, cache, generator.name
+
+    def answer(self, questions: list[str], choices: list[list[str]], languages: list[str]) -> list[int]:
+        if not questions:
+            return []
+        rows = pd.DataFrame({"question": questions, "choices": [list(c) for c in choices], "gold": -1})
+        prompts = [release_template(self.release, "simulate", lang).format(question=q, choices=format_choices(c))
+                   for q, c, lang in zip(questions, choices, languages, strict=True)]
+        extract = release_template(self.release, "extract", "*")
+        done = _generate_and_extract(rows, prompts, extract, self.generator, self.extractor, self.max_new_tokens,
+                                     self.cache, progress=False)
+        return [int(i) for i in done["predicted"]]
 
 
 def parse_choice(output: str, choices: list[str]) -> tuple[int, str]:
@@ -144,13 +199,17 @@ def run(data: pd.DataFrame, models, settings: Settings = Settings(), out: Path |
     models = as_models(models)
     if out is not None and "load_report" in data.attrs:
         write_table(_load_table(data), Path(out) / "load-report.csv")
-    if settings.answer == "generate":
+    if settings.answer in ("generate", "cot"):
         answerer_ = _generator(models, settings.generator, settings.chat_template)
         extractor = answerer_ if settings.extractor == "generator" else _generator(models, settings.extractor,
                                                                                      settings.chat_template)
-        rows = answer_cot(data, answerer_, extractor, load_templates(settings.templates),
-                          max_new_tokens=settings.max_new_tokens,
-                          cache=Path(out) / "generations.jsonl" if out is not None else None, progress=progress)
+        cache = Path(out) / "generations.jsonl" if out is not None else None
+        if settings.answer == "generate":
+            rows = answer_release(data, answerer_, extractor, load_release(settings.release),
+                                  max_new_tokens=settings.max_new_tokens, cache=cache, progress=progress)
+        else:
+            rows = answer_cot(data, answerer_, extractor, load_templates(settings.templates),
+                              max_new_tokens=settings.max_new_tokens, cache=cache, progress=progress)
     else:
         prompts, memo = load_prompts(settings.prompts), {}
 
@@ -182,7 +241,12 @@ def answerer(settings: Settings) -> str:
 
 def check(data: pd.DataFrame, settings: Settings) -> None:
     """Prompt tables load and have what the questions need, before any model is loaded."""
-    if settings.answer == "generate":
+    if settings.answer == "generate":  # the release's languages only (a one-line error naming the language)
+        release = load_release(settings.release)
+        release_template(release, "extract", "*")
+        for language in sorted({"en", *data["language"]}):
+            release_template(release, "simulate", language)
+    elif settings.answer == "cot":
         templates = load_templates(settings.templates)
         for name in ("answer", "extract"):
             template_for(templates, name, "en")

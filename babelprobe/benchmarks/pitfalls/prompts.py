@@ -1,6 +1,8 @@
 """The Cross-Lingual Pitfalls prompts: the likelihood instructions per language (data/prompts/pitfalls.tsv;
 `load_prompts`, `format_prompt`), the paper's App. E templates (data/prompts/pitfalls_paper.tsv;
-`load_templates`, `template_for`), and the requests: every question in its four variants (English/target ×
+`load_templates`, `template_for`), the prompts the released code sends (data/prompts/pitfalls_release.tsv:
+the no-CoT simulation prompt of every language, the extraction prompt, the native seed-translation template
+of every language; `load_release`, `release_template`), and the requests: every question in its four variants (English/target ×
 original/perturbed; `variant_rows`, `build_requests`)."""
 
 from __future__ import annotations
@@ -70,6 +72,32 @@ def template_for(templates: pd.DataFrame, name: str, language: str) -> tuple[str
         if (name, key) in templates.index:
             return templates.at[(name, key), "template"], key
     raise BabelprobeError(f"the Cross-Lingual Pitfalls templates have no {name!r} row (language {language!r}, * or en)")
+
+
+RELEASE_FIELDS = {"simulate": ("question", "choices"), "extract": ("question", "answer", "choices"),
+                  "translate": ("question", "choices", "ground_truth")}
+
+
+def load_release(path: str | Path | None = None) -> pd.DataFrame:
+    """The released code's prompts (data/prompts/pitfalls_release.tsv, or your own file with the columns
+    name, language, template), checked for their placeholders; indexed by (name, language)."""
+    table = read_prompts(path or "pitfalls_release", ("name", "language", "template"), optional=("origin",))
+    for row in table.to_dict("records"):
+        if row["name"] in RELEASE_FIELDS:
+            check_placeholders(row["template"], row["line"], RELEASE_FIELDS[row["name"]], (), once=False)
+    return table.set_index(["name", "language"])
+
+
+def release_template(table: pd.DataFrame, name: str, language: str) -> str:
+    """The release's `name` prompt for `language` (an ISO code; `*` rows serve every language). A language
+    the release has no prompt for is an error: the released evaluation is defined for its languages only."""
+    for key in (language, "*"):
+        if (name, key) in table.index:
+            return table.at[(name, key), "template"]
+    have = sorted(lang for n, lang in table.index if n == name)
+    instead = "--translation paper" if name == "translate" else "--answer likelihood or --answer cot"
+    raise BabelprobeError(f"the Cross-Lingual Pitfalls release has no {name!r} prompt for language {language!r} "
+                          f"(it has {', '.join(have)}); use {instead} for other languages")
 
 
 def format_choices(choices: list[str]) -> str:

@@ -8,16 +8,19 @@ language; then ask the found questions in other languages.
     seed) -> list[str]` (`generate.make_generator("local", lm)` or an OpenAI-compatible endpoint); the
     prompts are the paper's App. E templates (data/prompts/pitfalls_paper.tsv, `pitfalls.load_templates`);
   - simulation models: `LoadedModel`s (answered by likelihood, as `pitfalls.score_pitfalls` does),
-    callables `f(question, choices, language) -> index or choice`, or objects with
+    `pitfalls.ReleaseAnswerer`s (any generator, local or an endpoint, answering as the released run.py:
+    the language's instruction without chain of thought, then an extraction; `answer="generate"`, the
+    paper preset), callables `f(question, choices, language) -> index or choice`, or objects with
     `answer(questions, choices, languages) -> list[int]`;
   - a semantic similarity for the constraints of Eq. 4 (optional): a callable `pairs -> scores`,
     `JudgeSimilarity` (an LLM says whether two questions ask the same; 1 or 0) or `EmbeddingSimilarity`
     (cosine of mean-pooled hidden states of an encoder); `make_similarity("llm:SPEC" | "embedding:MODEL")`.
 
-**Seeds.** English source questions every simulation model answers right are translated with the App. E
-template of the target language (question, choices and answer together, a JSON reply; the English rules
-of App. E where it has no template for the language) and, with a similarity, kept only if
-S(question, translation) ≥ θ'.
+**Seeds.** English source questions every simulation model answers right are translated (question, choices
+and answer together, a JSON reply) with the release's native template of the target language
+(`translation="release"`, utils/prompt.py English2<Language>, 17 languages; a language without one is an
+error) or App. E's (`translation="paper"`: fr, de, it, es; App. E's rules in English elsewhere) and, with
+the semantic check, kept only if S(question, translation) ≥ θ'.
 
 **Score.** For a bilingual question, β^E and β^T are the simulation models' mean accuracy in English
 and in the target language; V = (β^E)^γ − β^T (γ = 2, `pitfalls.simulation_score`, Eq. 8).
@@ -28,8 +31,8 @@ and in the target language; V = (β^E)^γ − β^T (γ = 2, `pitfalls.simulation
      0.7, App. B.1; `{answer}` is the correct answer, which every simulation model gave), the translator
      translates it (the released code's plain translation prompt; the paper used Google Translate) and
      it is added before or after the question in both languages (the released code's rule: before if the
-     distraction has an odd number of characters);
-  2. with a similarity, children with S(qE, qE') < θ or S(qE', qT') < θ' are dropped (Eq. 4);
+     distraction has an odd number of characters), concatenated as run.py does (no separator);
+  2. with the semantic check (`semantic_check`, on in the paper preset; θ = θ' = 0.5 are babelprobe's), children with S(qE, qE') < θ or S(qE', qT') < θ' are dropped (Eq. 4);
   3. children no longer answered right in English by every model are dropped (β^E ≥ 1 − ε, ε = 0
      as released: `english_min`); the others are scored with V;
   4. inclusion: a child with V ≥ θinc becomes a candidate, at most r per seed question (redundancy);
@@ -63,17 +66,20 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from babelprobe.benchmarks.pitfalls.answers import ReleaseAnswerer
 from babelprobe.benchmarks.pitfalls.prompts import (
     format_choices,
     format_prompt,
     load_prompts,
+    load_release,
     load_templates,
+    release_template,
     template_for,
 )
 from babelprobe.benchmarks.pitfalls.settings import SearchSettings
 from babelprobe.benchmarks.pitfalls.summary import simulation_score
 from babelprobe.errors import BabelprobeError
-from babelprobe.languages import language_code, separator
+from babelprobe.languages import language_code
 from babelprobe.models import LoadedModel
 
 # ------------------------------------------------------------------------------------ simulation models
@@ -198,9 +204,13 @@ def parse_translation(output: str, n_choices: int) -> dict | None:
 def translate_records(texts: list[str], choices: list[list[str]], answers: list[str], language_name: str,
                       translator, templates: pd.DataFrame, settings: SearchSettings,
                       cache: Path | None) -> list[dict | None]:
-    """Question, choices and answer translated together with the App. E template of the language (its
-    `*` row, ours, where App. E has none); None where the reply is unusable."""
-    template, _ = template_for(templates, "translate", language_code(language_name))
+    """Question, choices and answer translated together with the release's native template of the language
+    (`settings.translation == "release"`) or App. E's (its `*` row, ours, where App. E has none); None where
+    the reply is unusable (the release asks gpt-4o-mini to pull the JSON out of the reply; here it is parsed)."""
+    if settings.translation == "release":
+        template = release_template(load_release(), "translate", language_code(language_name))
+    else:
+        template, _ = template_for(templates, "translate", language_code(language_name))
     prompts = [template.format(question=t, choices=format_choices(c), ground_truth=a, language=language_name)
                for t, c, a in zip(texts, choices, answers, strict=True)]
     outputs = _generate(translator, prompts, settings, cache)
@@ -415,8 +425,10 @@ class Node:
 
 
 def _join(pre: str, question: str, suf: str, language: str) -> str:
-    """⊕ of §2.2: the parts joined by the language's word separator (a space; none in Chinese/Japanese)."""
-    return separator(language).join(part for part in (pre, question, suf) if part)
+    """⊕ of §2.2 as the release computes it (run.py: `prequestion + oriquestion + sufquestion`, the added
+    distraction `distraction + prequestion` or `sufquestion + distraction`): plain concatenation, in every
+    language (the released data's questions are exactly these sums)."""
+    return "".join((pre, question, suf))
 
 
 @dataclass
@@ -570,6 +582,37 @@ def direct_perturbation(seeds: pd.DataFrame, perturber, translator, models, sett
     return rows
 
 
+def no_perturbation(seeds: pd.DataFrame, models, settings: SearchSettings = SearchSettings()) -> pd.DataFrame:  # noqa: B008
+    """The NP baseline of §3.2 (Table 1): the seeds' plain translations, no added context, scored with
+    β^E (kept from the seed step), β^T and V; `converted` is V ≥ θinc with β^E ≥ 1 − ε."""
+    models = as_simulation_models(models)
+    rows = seeds[["seed_id", "language", "language_name"]].copy()
+    rows["rate_ori"] = seeds["rate_ori"].to_numpy(float)
+    rows["rate_trans"] = simulate(models, seeds["transori"].tolist(), seeds["transchoices"].tolist(),
+                                  [c.index(a) for c, a in zip(seeds["transchoices"], seeds["transanswer"], strict=True)],
+                                  seeds["language"].tolist())
+    rows["value"] = simulation_score(rows["rate_ori"], rows["rate_trans"], settings.gamma)
+    rows["converted"] = (rows["rate_ori"] >= settings.english_min) & (rows["value"] >= settings.inclusion)
+    return rows
+
+
+def table1_frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["language", "seeds", "np", "dp", "ours", "np_converted", "dp_converted",
+                                       "ours_converted"])
+
+
+def conversion_table(language_name: str, seeds: int, np_rows: pd.DataFrame, dp_rows: pd.DataFrame,
+                     candidates: list[dict]) -> dict:
+    """One row of Table 1: the share of seed questions converted into weakness questions by no
+    perturbation, direct perturbation and the search (a seed with at least one candidate)."""
+    ours = len({c["seed_id"] for c in candidates})
+    row = {"language": language_name, "seeds": seeds}
+    for name, converted in (("np", int(np_rows["converted"].sum())), ("dp", int(dp_rows["converted"].sum())),
+                            ("ours", ours)):
+        row[f"{name}_converted"], row[name] = converted, converted / seeds if seeds else float("nan")
+    return row
+
+
 # ------------------------------------------------------------------------------------- expanded pairs
 
 def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, settings: SearchSettings = SearchSettings(),  # noqa: B008 (frozen)
@@ -583,6 +626,8 @@ def expand_pairs(questions: pd.DataFrame, languages: list[str], translator, sett
     with `language` = x and `seed_language` = y; the answer is the translation of the seed answer's
     choice. Returns (pairs, dropped with the reason)."""
     templates = load_templates(settings.templates) if templates is None else templates
+    questions = questions.copy()
+    questions.attrs = {}  # the loader's report (DataFrames) would make pandas compare frames when concatenating
     frames, dropped = [], []
     for _, seeds in questions.groupby("language_name", sort=False):
         if per_language is not None and len(seeds) > per_language:
@@ -628,6 +673,30 @@ def cross_evaluate(models: list, pairs: pd.DataFrame, reduction: str = "per_byte
 
 # -------------------------------------------------------------------------------------------------- CLI
 
+def _chat(models, spec: str, chat_template: str):
+    """A generator by spec, through its model's chat template as `chat_template` says (local ones)."""
+    from babelprobe.benchmarks.core.generate import with_chat_template
+
+    generator = models.generator(spec)
+    return with_chat_template(generator, chat_template) if spec.startswith("local") else generator
+
+
+def simulation_answerers(models, settings: SearchSettings, sim_models: list[str] = (), reduction: str = "per_byte"):
+    """The simulation models: the local model and `sim_models`, answering by likelihood (model specs), or,
+    with `settings.answer == "generate"`, the release's way (`ReleaseAnswerer`: generator specs, a bare model
+    spec meaning `local:SPEC`; the extractor `settings.extractor`, default each model itself)."""
+    from babelprobe.models import load_model
+
+    if settings.answer == "likelihood":
+        return [LikelihoodAnswerer(models.lm, reduction)] + [LikelihoodAnswerer(load_model(spec), reduction)
+                                                             for spec in sim_models]
+    specs = ["local", *(s if s.startswith(("local", "openai:", "openai-completions:")) else f"local:{s}"
+                        for s in sim_models)]
+    extractor = None if settings.extractor == "generator" else _chat(models, settings.extractor, settings.chat_template)
+    return [ReleaseAnswerer(_chat(models, spec, settings.chat_template), extractor,
+                            max_new_tokens=settings.max_new_tokens) for spec in specs]
+
+
 def search_languages(source: str | Path, languages: list[str], models, settings: SearchSettings, out: str | Path,
                      perturber: str = "local", translator: str = "local", sim_models: list[str] = (),
                      reduction: str = "per_byte", limit: int | None = None, overwrite: bool = False,
@@ -637,32 +706,47 @@ def search_languages(source: str | Path, languages: list[str], models, settings:
     `seeds-dropped-<Language>.csv`. Generated text is kept in `OUT/generations.jsonl`, so a rerun resumes.
     Returns, per language, (seeds kept, seeds read, candidate records)."""
     from babelprobe.benchmarks.base import as_models
-    from babelprobe.models import load_model
     from babelprobe.runs import open_run
     from babelprobe.tables import atomic_path, write_table
 
     models = as_models(models)
-    for name in languages:
-        language_code(name)  # a clear error for an unknown language name before any work
+    release = load_release()
+    for name in languages:  # clear errors for an unknown language or one without a release prompt, before any work
+        code = language_code(name)
+        if settings.translation == "release":
+            release_template(release, "translate", code)
+        if settings.answer == "generate":
+            release_template(release, "simulate", code)
     templates = load_templates(settings.templates)
     questions = load_source_questions(source, limit)
+    answerers = simulation_answerers(models, settings, sim_models, reduction)
+    perturb, translate = (_chat(models, spec, settings.chat_template) for spec in (perturber, translator))
+    identity = {"benchmark": "pitfalls-search", "fingerprint": models.lm.fingerprint,
+                "sim_models": [m.name for m in answerers], "perturber": perturb.name, "translator": translate.name,
+                "reduction": reduction, "settings": vars(settings)}
     lm = models.lm
-    answerers = [LikelihoodAnswerer(lm, reduction)] + [LikelihoodAnswerer(load_model(spec), reduction)
-                                                       for spec in sim_models]
-    perturb, translate = models.generator(perturber), models.generator(translator)
-    identity = {"benchmark": "pitfalls-search", "fingerprint": lm.fingerprint, "sim_models": [m.name for m in answerers],
-                "perturber": perturb.name, "translator": translate.name, "reduction": reduction,
-                "settings": vars(settings)}
     run = open_run(out, identity, record={"model": lm.name, "data": str(source)}, overwrite=overwrite,
                    what="a Pitfalls search")
     cache = run.path / "generations.jsonl"
-    similarity = make_similarity(settings.similarity, models, templates, settings, cache)
-    found = {}
+    for answerer in answerers:  # generated simulation answers are kept beside the rest (resumable)
+        if isinstance(answerer, ReleaseAnswerer):
+            answerer.cache = cache
+    judge = settings.similarity
+    if settings.semantic_check and judge == "none":
+        judge = "llm:local"  # babelprobe's choice: the local model judges (the release asked gpt-4o)
+    similarity = make_similarity(judge, models, templates, settings, cache)
+    found, table1 = {}, []
     for name in languages:
         seeds, dropped = prepare_seeds(questions, name, translate, answerers, settings, templates, cache, similarity)
         result = beam_search(seeds, perturb, translate, answerers, settings, templates, cache, progress,
                              similarity) if len(seeds) else None
         records = result.records() if result else []
+        if settings.baselines:
+            np_rows = no_perturbation(seeds, answerers, settings) if len(seeds) else pd.DataFrame(columns=["converted"])
+            dp_rows = (direct_perturbation(seeds, perturb, translate, answerers, settings, templates, cache)
+                       if len(seeds) else pd.DataFrame(columns=["converted"]))
+            table1.append(conversion_table(name, len(seeds), np_rows, dp_rows, records))
+            write_table(table1_frame(table1), run.path / "table1.csv")
         with atomic_path(run.path / f"{name}.json") as tmp:
             tmp.write_text(json.dumps(records, ensure_ascii=False, indent=1), encoding="utf-8")
         if result is not None and len(result.trace):

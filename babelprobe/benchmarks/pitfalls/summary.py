@@ -11,11 +11,12 @@ import pandas as pd
 from babelprobe.benchmarks.base import metric_row
 from babelprobe.benchmarks.base import wide as wide_table
 from babelprobe.benchmarks.pitfalls.data import COUNTS
+from babelprobe.benchmarks.pitfalls.settings import C_AFFINITY_DEFAULT
 from babelprobe.errors import BabelprobeError
 from babelprobe.stats import paired_bootstrap, wilson
 
 BOOTSTRAP = 2000
-C_AFFINITY = -1.0  # c of the Relative Affinity Score (App. B.1)
+C_AFFINITY = C_AFFINITY_DEFAULT  # c of the Relative Affinity Score (App. B.1: −1)
 
 
 def simulation_score(en_accuracy, target_accuracy, gamma: float = 2.0):

@@ -29,12 +29,14 @@ def score_stingray(model: LoadedModel | str, records: pd.DataFrame | str = "stin
                    chat: str = "off", batch_tokens: int = 4096, progress: bool = True) -> pd.DataFrame:
     """Ask every question of `records` by likelihood; one row per question with the option scores, the
     chosen and gold labels and `correct` (docs/design.md results conventions, method 'likelihood').
-    Plain text: the question, the answer cue, then each label; chat: the labels open the assistant turn."""
+    Plain text: the question, the answer cue, then each label; chat: the labels open the assistant turn.
+    A true cognate's usage question names the record's unsplit "L1 word, L2 word", as the released
+    likelihood script does (generation names the word of each language, as the generation script does)."""
     if reduction not in REDUCTIONS:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
     records = load_stingray(records) if isinstance(records, (str, Path)) else records
     lm = load_model(model) if isinstance(model, str) else model
-    requests = build_requests(records, prompts, tasks)
+    requests = build_requests(records, prompts, tasks, split_words=False)  # "w1, w2", as likelihood_eval.py
     render, prompt_format = chat_renderer(lm, chat)
     texts = [render(q) for q in requests["question"]] if render else list(requests["prompt"])
     options = [[o.lstrip() for o in opts] if render else opts for opts in requests["options"]]

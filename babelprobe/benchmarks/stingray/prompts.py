@@ -43,9 +43,12 @@ def load_prompts(path: str | Path | None = None) -> dict:
 
 
 def build_requests(records: pd.DataFrame, prompts: dict | None = None,
-                   tasks: tuple[str, ...] = TASKS) -> pd.DataFrame:
+                   tasks: tuple[str, ...] = TASKS, split_words: bool = True) -> pd.DataFrame:
     """One row per record × question: the `question` (the filled template), the plain likelihood
-    `prompt` (question + answer cue), its answer options, the gold option and the side it is about."""
+    `prompt` (question + answer cue), its answer options, the gold option and the side it is about.
+    `split_words`: a true cognate's usage question names the word of its language ({word_l1} / {word_l2},
+    as the released src/generation_baseline.py splits "L1 word, L2 word"); False: both name the record's
+    unsplit word, "w1, w2", as the released src/likelihood_eval.py passes it."""
     prompts = prompts or load_prompts()
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
@@ -53,6 +56,8 @@ def build_requests(records: pd.DataFrame, prompts: dict | None = None,
     rows = []
     for record in records.to_dict("records"):
         fields = {k: record.get(k) or "" for k in ("lang1_sentence", "lang2_sentence", *WORD_FIELDS)}
+        if not split_words:
+            fields["word_l1"] = fields["word_l2"] = fields["word"]
         if "semantic" in tasks:
             answer = record["semantic_answer"]
             side = {"A": "L1", "B": "L2", "C": "both"}[answer]
