@@ -580,7 +580,7 @@ def test_cli_bad_data_is_one_line(tmp_path, tiny_dir, capsys):
 def test_default_model_on_the_sample(default_lm):
     records = sr.load_stingray("stingray-sample", limit=1)
     rows = sr.score_stingray(default_lm, records, progress=False)
-    requests = sr.build_requests(records)
+    requests = sr.build_requests(records, split_words=False)  # likelihood: "w1, w2" as likelihood_eval.py
     for k in (0, 11):  # an English–German semantic and a Japanese usage question against a plain forward pass
         expected = _reference_scores(default_lm, requests["prompt"][k], requests["options"][k])
         assert json.loads(rows["scores"][k]) == pytest.approx(expected, abs=1e-3)
