@@ -353,6 +353,8 @@ FLOOR_NAMES = {"direct": "body + needed rows' logits", "meta": "prefix tree + ne
 def run(args) -> list[dict]:
     device = torch.device(args.device)
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")), seed=args.seed)
+    if args.pairs == 1:  # one pair per cell cannot be split into pair-grouped folds: probe per language
+        items["subset"] = "all"
     lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *meta_texts(items)])
     warm_up(lm)
     calls, fits = ModelCalls(lm), FitCalls()
@@ -463,8 +465,10 @@ def _median(values: list[float]) -> float:
 
 
 def folds(args) -> int:
-    """XCOMPS's 5 folds, fewer when a smoke run has fewer pairs per group than that (2 at least)."""
-    return max(2, min(5, args.pairs))
+    """XCOMPS's 5 folds, fewer when a smoke run has fewer pairs per probe group than that (2 at least).
+    With --pairs 1 a probe group is a language (its 4 negative types' pairs, see `run`)."""
+    per_group = args.pairs if args.pairs > 1 else len(SUBSETS)
+    return max(2, min(5, per_group))
 
 
 # ---------------------------------------------------------------------------------------------- reporting
@@ -494,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=[*SHAPES, "default"])
     parser.add_argument("--pairs", type=int, default=4, help="pairs per language × negative type (XCOMPS: ~135); "
-                        "probes use 5 folds, or --pairs folds when fewer")
+                        "probes use 5 folds, or --pairs folds when fewer; with 1, one probe group per language "
+                        "(pair-grouped folds cannot split a single pair)")
     parser.add_argument("--languages", default=",".join(XCOMPS_LANGUAGES))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
@@ -510,9 +515,8 @@ def main(argv: list[str] | None = None) -> int:
                         "take turns (perf/timing.py); ratios are the medians of the within-round ones")
     parser.add_argument("--shared", action="store_true", help="say in the table that the machine was shared")
     args = parser.parse_args(argv)
-    if args.pairs < 2:  # one pair per language × type: no pair-grouped folds can be cut for the probes
-        parser.error("--pairs must be at least 2: the probe phase's folds keep each pair together, and one "
-                     "pair per language × negative type cannot be split into folds")
+    if args.pairs < 1:
+        parser.error(f"--pairs must be at least 1 (got {args.pairs})")
     rows = run(args)
     n_languages = len(args.languages.split(","))
     header = {"shape": args.shape, "folds": folds(args), "hardware": hardware(args.device), "device": args.device,
