@@ -70,12 +70,21 @@ def _eclektic_run(path, model: str, success: float, transfer: float):
     return path
 
 
-def test_eclektic_fig4_from_several_runs(tmp_path, capsys):
+def test_eclektic_fig4_from_several_runs(tmp_path, capsys, monkeypatch):
     runs = [_eclektic_run(tmp_path / f"r{k}", f"qwen-{size}", 0.1 * k, 0.2 * k)
             for k, size in enumerate(("0.5b", "7b", "14b"), start=1)]
     out = tmp_path / "fig4"
+    shown = {}
+    original = figures.save
+    monkeypatch.setattr(figures, "save", lambda fig, path: shown.update(ax=fig.axes[0]) or original(fig, path))
     assert main(["bench", "figures", *map(str, runs), "--out", str(out)]) == 0
     assert (out / "eclektic_fig4.png").stat().st_size > 0
+    # one point per run, in the order given, at each run's pooled overall success and transfer score
+    ax = shown["ax"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["qwen-0.5b", "qwen-7b", "qwen-14b"]
+    drawn = {bars.get_label(): list(bars.lines[0].get_ydata()) for bars in ax.containers}  # errorbar: data line first
+    assert drawn["overall success"] == pytest.approx([0.1, 0.2, 0.3])
+    assert drawn["transfer score"] == pytest.approx([0.2, 0.4, 0.6])
     assert main(["bench", "figures", str(runs[0]), str(tmp_path), "--out", str(out)]) == 2  # not a run directory
     assert "not a finished bench directory" in capsys.readouterr().err
 
