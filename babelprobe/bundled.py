@@ -50,7 +50,7 @@ BUNDLED = {s.name: s for s in (
     BundledSet("xnli-sample", "xnli", "bridges/xnli_sample/xnli.dev.tsv",
                "XNLI-style premise/hypothesis pairs in 5 languages (4 scripts), written for babelprobe"),
     BundledSet("pawsx-sample", "pawsx", "bridges/pawsx_sample",
-               "PAWS-X-style paraphrase pairs in 5 languages (4 scripts), written for babelprobe"),
+               "PAWS-X-style paraphrase pairs in 5 languages (3 scripts), written for babelprobe"),
 )}
 
 
