@@ -35,7 +35,7 @@ from babelprobe.extract.layers import PEAK, check_spec
 from babelprobe.probes.settings import DESCRIPTIONS, FOLD_SCHEMES, POOLS
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.runs import LAYOUTS
-from babelprobe.settings import at_least, one_of, option, settings_for, settings_record
+from babelprobe.settings import at_least, given, one_of, option, settings_record
 
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
@@ -135,10 +135,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     from babelprobe.runs import open_run
     from babelprobe.tables import read_table
 
-    if settings is None:
-        settings = settings_for(CompareSettings, values.pop("protocol", None), PROTOCOLS, **values)
-    elif values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    settings = given(CompareSettings, settings, values)
     out = Path(out)
     if isinstance(items, str):
         source = source or {"source": items}

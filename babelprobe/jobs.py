@@ -35,7 +35,7 @@ import pandas as pd
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.settings import BACKENDS
 from babelprobe.probes.settings import POOLS, parse_controls
-from babelprobe.settings import as_tuple, at_least, one_of, option, settings_record
+from babelprobe.settings import as_tuple, at_least, given, one_of, option, settings_record
 from babelprobe.tables import atomic_path, write_table
 
 EXECUTORS = ("local", "slurm")
@@ -281,10 +281,7 @@ def sweep(models: list[str], item_sets: list[str], out: str | Path, settings: Sw
     OUT/sweep.json and run (or submit) those not done yet (`run_sweep`); `dry_run` plans only (the
     report's `planned` lists (job id, done)). `placement`: how each model is loaded and batched (device,
     model_dtype, device_map, max_memory, batch_tokens, shard_size; model_dtype is part of the identity)."""
-    if settings is None:
-        settings = SweepSettings(**values)
-    elif values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    settings = given(SweepSettings, settings, values)
     if limit is not None and limit < 1:
         raise BabelprobeError(f"--limit must be at least 1, got {limit}")
     if executor not in EXECUTORS:

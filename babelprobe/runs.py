@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import items_hash
-from babelprobe.tables import atomic_path, write_table
+from babelprobe.tables import atomic_path, check_out_dir, write_table
 
 CHUNK_PAIRS = 200  # units per chunk: what a Ctrl-C can cost, and large enough to fill a batch
 MANIFEST = "run.json"
@@ -222,9 +222,7 @@ def open_run(out: str | Path, identity: dict, record: dict | None = None, manife
     that do not change results). With the same identity the earlier state is kept (finished stages are
     reused); with another one this is refused unless `overwrite`, which removes `outputs` (file or
     directory names inside `out`) and starts afresh. `what` names the run in the refusal."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
+    out = check_out_dir(out)
     identity = json.loads(json.dumps(identity, default=str))
     old = read_manifest(out / manifest)
     if old is not None:

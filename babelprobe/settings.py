@@ -91,6 +91,20 @@ def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping
     return cls(**chosen)
 
 
+def given(cls, settings=None, values: Mapping | None = None):
+    """The settings of a library call (the kwargs door of every runner): `settings`, an instance of `cls`,
+    or `cls` built from its fields given as keyword `values` (where `cls` has protocol presets, through
+    `settings_for`, a `protocol` among the values choosing the preset); both is an error."""
+    values = dict(values or {})
+    if settings is not None:
+        if values:
+            raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+        return settings
+    if getattr(cls, "PROTOCOLS", None):
+        return settings_for(cls, values.pop("protocol", None), **values)
+    return cls(**values)
+
+
 def current_value(field: dataclasses.Field, value):
     """`value`, or the value that replaced it when it is an old one (the field's `values`)."""
     old = field.metadata.get("values", {})

@@ -70,6 +70,14 @@ def check_output(path: str | Path, formats: tuple[str, ...] = FORMATS) -> Path:
     return path
 
 
+def check_out_dir(out: str | Path) -> Path:
+    """`out` as a Path: an output directory, which may not exist yet but must not be a file."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BabelprobeError(f"--out {out} exists and is not a directory")
+    return out
+
+
 def check_writable_dir(directory: str | Path) -> None:
     """`directory`, or the nearest existing folder it would be created in, is a writable folder."""
     directory = Path(directory).absolute()

@@ -18,6 +18,7 @@ from babelprobe.benchmarks import bridges
 from babelprobe.benchmarks.base import benchmark
 from babelprobe.benchmarks.bridges import belebele, multiblimp, pawsx, xnli
 from babelprobe.cli import main
+from tests.cli_errors import fails
 from tests.tiny import tiny_lm
 
 DATA = Path(__file__).parent / "data" / "bridges"
@@ -308,17 +309,6 @@ def test_bench_writes_rows_summary_and_figures(tiny_dir, tmp_path):
     assert acc.to_dict() == pytest.approx(rows.groupby("language")["acc"].mean().to_dict())
     for figure in ("bridge_accuracy", "bridge_norm_gap"):
         assert (out / f"{figure}.png").exists() and (out / f"{figure}.pdf").exists()
-
-
-def fails(argv: list, capsys, *needles: str) -> str:
-    """The command exits 2 with one line `babelprobe: error: ...` holding every needle."""
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("babelprobe: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def test_40_unknown_multiblimp_config(tmp_path, capsys):

@@ -24,6 +24,7 @@ from babelprobe.items import load_items
 from babelprobe.probes import ArrayStore, probe
 from babelprobe.probes.weights import Probes
 from babelprobe.tables import read_table
+from tests.cli_errors import refused
 from tests.tiny import tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -349,25 +350,6 @@ def test_command_errors_are_one_line(tiny_long_dir, probe_dir, tmp_path, capsys)
 
 
 # ------------------------------------------------------------- bad input (docs/reliability.md, I1-I7)
-
-def snapshot(path: Path) -> dict:
-    """{file: bytes} of everything under `path` (empty when it does not exist)."""
-    return {p: p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()} if path.exists() else {}
-
-
-def refused(argv: list, capsys, out: Path, *needles: str) -> str:
-    """The command exits 2 with one `babelprobe: error:` line holding the needles, and leaves `out` as it
-    was (not created when it did not exist)."""
-    before, existed = snapshot(out), out.exists()
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("babelprobe: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    assert out.exists() == existed and snapshot(out) == before
-    return lines[0]
-
 
 def test_I1_layer_outside_the_store_is_refused_before_fitting(tiny_long_dir, probe_dir, tmp_path, capsys):
     refused(cli_args(tiny_long_dir, probe_dir / "acts", tmp_path / "o", "--layers", "99"), capsys, tmp_path / "o",

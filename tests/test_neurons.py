@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,6 +19,7 @@ from babelprobe.neurons.lape import NeuronStats, kth_smallest, lape_scores, sele
 from babelprobe.neurons.mlp import deactivated
 from babelprobe.neurons.run import neuron_stats
 from babelprobe.tables import read_table
+from tests.cli_errors import refused
 from tests.tiny import tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -312,19 +312,6 @@ def test_the_probe_readout_under_switched_off_neurons(neu, tiny_long_dir, tmp_pa
 
 
 # ------------------------------------------------------------- bad input (docs/reliability.md, N1-N8)
-
-def refused(argv: list, capsys, out: Path, *needles: str) -> str:
-    before = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} if out.exists() else None
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("babelprobe: error:")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    after = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()} if out.exists() else None
-    assert after == before
-    return lines[0]
-
 
 def test_N1_a_language_under_min_tokens(tiny_long_dir, tmp_path, capsys):
     argv = neurons_args(tiny_long_dir, tmp_path / "o")

@@ -26,6 +26,7 @@ import pytest
 import babelprobe as bp
 from babelprobe.cli import main
 from babelprobe.extract.store import store_lock
+from tests.cli_errors import fails, refused
 from tests.test_extract import save_tiny_model
 from tests.tiny import CORPUS
 
@@ -51,18 +52,6 @@ def write_records(path: Path, rows: list[dict]) -> Path:
 
 def run(argv: list) -> int:
     return main([str(a) for a in argv])
-
-
-def fails(argv: list, capsys, *needles: str, status: int = 2) -> str:
-    """Run the CLI; it must exit with `status` and print exactly one error line holding every needle."""
-    assert run(argv) == status
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("babelprobe: error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def direct(model, items, out, *extra):
@@ -484,21 +473,6 @@ def compare_dir(work):
     return out
 
 
-def snapshot(path: Path) -> dict:
-    """Every file under `path` with its content hash (empty when `path` does not exist)."""
-    if not path.exists():
-        return {}
-    return {str(f.relative_to(path)): hashlib.sha256(f.read_bytes()).hexdigest() for f in path.rglob("*") if f.is_file()}
-
-
-def refused(argv: list, out: Path, capsys, *needles: str) -> str:
-    """`fails`, and OUT exactly as it was before (not created when it did not exist)."""
-    existed, before = out.exists(), snapshot(out)
-    line = fails(argv, capsys, *needles)
-    assert out.exists() == existed and snapshot(out) == before
-    return line
-
-
 def align_args(out, *extra):
     return ["align", "--out", out, "--no-progress", *extra]
 
@@ -509,19 +483,19 @@ def lens_args(out, *extra):
 
 def test_26_align_layer_not_in_the_store(store, tmp_path, capsys):
     refused(align_args(tmp_path / "o", "--acts", store, "--items", "xcomps-sample", "--layers", "77"),
-            tmp_path / "o", capsys, "--layers '77': layer 77 is not in the store; stored layers: 0-2")
+            capsys, tmp_path / "o", "--layers '77': layer 77 is not in the store; stored layers: 0-2")
 
 
 def test_27_align_store_missing_or_not_a_store(work, tmp_path, capsys):
-    refused(align_args(tmp_path / "o", "--acts", tmp_path / "missing"), tmp_path / "o", capsys,
+    refused(align_args(tmp_path / "o", "--acts", tmp_path / "missing"), capsys, tmp_path / "o",
             "--acts", "missing: no such directory")
     (tmp_path / "empty").mkdir()
-    refused(align_args(tmp_path / "o", "--acts", tmp_path / "empty"), tmp_path / "o", capsys,
+    refused(align_args(tmp_path / "o", "--acts", tmp_path / "empty"), capsys, tmp_path / "o",
             "is not a finished store directory (no manifest.json)")
 
 
 def test_28_align_pivot_not_among_the_languages(store, tmp_path, capsys):
-    refused(align_args(tmp_path / "o", "--acts", store, "--pivot", "ja"), tmp_path / "o", capsys,
+    refused(align_args(tmp_path / "o", "--acts", store, "--pivot", "ja"), capsys, tmp_path / "o",
             "--pivot ja: not among the items' languages (de, en)")
 
 
@@ -530,34 +504,34 @@ def test_29_align_and_lens_compare_directory_not_finished(work, tmp_path, capsys
     half = tmp_path / "half"
     half.mkdir()
     (half / "items.csv").write_text("pair_id\n", encoding="utf-8")
-    refused(align_args(tmp_path / "o", "--compare", half), tmp_path / "o", capsys,
+    refused(align_args(tmp_path / "o", "--compare", half), capsys, tmp_path / "o",
             "--compare", "is not a finished compare directory (no summary.csv); run `babelprobe compare`")
     refused(lens_args(tmp_path / "o", "--model", root / "no-such-model", "--items", items, "--compare", half),
-            tmp_path / "o", capsys, "is not a finished compare directory")
+            capsys, tmp_path / "o", "is not a finished compare directory")
 
 
 def test_30_align_figure_layer_not_aligned(store, tmp_path, capsys):
-    refused(align_args(tmp_path / "o", "--acts", store, "--layers", "0-1", "--matrix-layer", "2"), tmp_path / "o",
-            capsys, "--matrix-layer 2 is not among the aligned layers (0..1)")
+    refused(align_args(tmp_path / "o", "--acts", store, "--layers", "0-1", "--matrix-layer", "2"), capsys,
+            tmp_path / "o", "--matrix-layer 2 is not among the aligned layers (0..1)")
 
 
 def test_31_lens_store_missing_is_found_before_the_model(work, tmp_path, capsys):
     root, _, items = work
     refused(lens_args(tmp_path / "o", "--model", root / "no-such-model", "--acts", tmp_path / "missing"),
-            tmp_path / "o", capsys, "missing: no such directory")
+            capsys, tmp_path / "o", "missing: no such directory")
 
 
 def test_32_lens_target_without_a_store(work, tmp_path, capsys):
     root, _, items = work
     refused(lens_args(tmp_path / "o", "--model", root / "no-such-model", "--items", items, "--target", "answer"),
-            tmp_path / "o", capsys, "--target needs --acts")
+            capsys, tmp_path / "o", "--target needs --acts")
 
 
 def test_33_lens_bad_settings(work, tmp_path, capsys):
     root, _, items = work
-    refused(lens_args(tmp_path / "o", "--items", items, "--top-k", "0"), tmp_path / "o", capsys,
+    refused(lens_args(tmp_path / "o", "--items", items, "--top-k", "0"), capsys, tmp_path / "o",
             "--top-k must be at least 1, got 0")
-    refused(lens_args(tmp_path / "o", "--items", items, "--orders", "gf,xx"), tmp_path / "o", capsys,
+    refused(lens_args(tmp_path / "o", "--items", items, "--orders", "gf,xx"), capsys, tmp_path / "o",
             "--orders: unknown order 'xx'")
 
 
@@ -565,31 +539,31 @@ def test_34_lens_into_a_finished_run_of_other_settings_leaves_it_untouched(work,
     root, model, items = work
     out = tmp_path / "lens"
     assert run(lens_args(out, "--model", model, "--acts", store, "--n-boot", "10")) == 0
-    refused(lens_args(out, "--model", model, "--acts", store, "--top-k", "3"), out, capsys,
+    refused(lens_args(out, "--model", model, "--acts", store, "--top-k", "3"), capsys, out,
             "lens.json: this directory holds a lens run of another model, item set or settings with top_k=10, not 3")
 
 
 def test_35_sweep_bad_settings(work, tmp_path, capsys):
     root, model, items = work
     base = ["sweep", "--models", model, "--items", items, "--out", tmp_path / "s"]
-    refused([*base, "--folds", "1"], tmp_path / "s", capsys, "--folds must be at least 2, got 1")
-    refused([*base, "--layers", "5-2"], tmp_path / "s", capsys, "the range 5-2 runs backwards")
-    refused([*base, "--control", "bogus"], tmp_path / "s", capsys, "--control: unknown control 'bogus'")
-    refused([*base, "--limit", "0"], tmp_path / "s", capsys, "--limit must be at least 1, got 0")
-    refused([*base, "--groups-per-job", "0"], tmp_path / "s", capsys, "--groups-per-job must be at least 1")
+    refused([*base, "--folds", "1"], capsys, tmp_path / "s", "--folds must be at least 2, got 1")
+    refused([*base, "--layers", "5-2"], capsys, tmp_path / "s", "the range 5-2 runs backwards")
+    refused([*base, "--control", "bogus"], capsys, tmp_path / "s", "--control: unknown control 'bogus'")
+    refused([*base, "--limit", "0"], capsys, tmp_path / "s", "--limit must be at least 1, got 0")
+    refused([*base, "--groups-per-job", "0"], capsys, tmp_path / "s", "--groups-per-job must be at least 1")
 
 
 def test_36_sweep_group_column_the_items_lack(work, tmp_path, capsys):
     root, model, items = work
     refused(["sweep", "--models", model, "--items", items, "--by", "language,genre", "--out", tmp_path / "s"],
-            tmp_path / "s", capsys, "cannot group probes by 'genre': the items have no such field")
+            capsys, tmp_path / "s", "cannot group probes by 'genre': the items have no such field")
 
 
 def test_37_report_other_is_not_a_compare_directory(compare_dir, store, tmp_path, capsys):
-    refused(["report", "--results", compare_dir, "--other", store, "--out", tmp_path / "f"], tmp_path / "f", capsys,
+    refused(["report", "--results", compare_dir, "--other", store, "--out", tmp_path / "f"], capsys, tmp_path / "f",
             "is not a finished compare directory")
     refused(["report", "--results", compare_dir, "--other", tmp_path / "missing", "--out", tmp_path / "f"],
-            tmp_path / "f", capsys, "missing: no such directory")
+            capsys, tmp_path / "f", "missing: no such directory")
 
 
 def test_38_report_other_made_on_other_items(work, compare_dir, tmp_path, capsys):
@@ -597,14 +571,14 @@ def test_38_report_other_made_on_other_items(work, compare_dir, tmp_path, capsys
     other = tmp_path / "other"
     assert run(["compare", "--model", model, "--items", items, "--languages", "en", "--folds", "2", "--out", other,
                 "--no-progress"]) == 0
-    refused(["report", "--results", compare_dir, "--other", other, "--out", tmp_path / "f"], tmp_path / "f", capsys,
+    refused(["report", "--results", compare_dir, "--other", other, "--out", tmp_path / "f"], capsys, tmp_path / "f",
             "were run on different items")
 
 
 def test_39_compare_per_pair_view_takes_one_layer(work, tmp_path, capsys):
     root, _, items = work
     refused(["compare", "--model", root / "no-such-model", "--items", items, "--layers", "3,4", "--out", tmp_path / "c"],
-            tmp_path / "c", capsys, "the per-pair neuro view takes 'peak' or one layer")
+            capsys, tmp_path / "c", "the per-pair neuro view takes 'peak' or one layer")
 
 
 # ------------------------------------------------------ issue 33: generator specs, release prompts, paper judges

@@ -62,12 +62,12 @@ def run(args) -> int:
         args.base, args.other = args.diff
         return run_diff(args)
     from babelprobe.comparison import compare
+    from babelprobe.tables import check_out_dir
 
     settings = settings_from(args, CompareSettings, PROTOCOLS)  # settings, out and items: before any model work
     if args.batch_tokens < 1:
         raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise BabelprobeError(f"--out {args.out} exists and is not a directory")
+    check_out_dir(args.out)
     from babelprobe.analysis.xcomps import protocol_dtype
 
     args.model_dtype = protocol_dtype(settings.protocol, args.model_dtype, args.device)  # the paper: float16 on CUDA
@@ -100,12 +100,11 @@ def _summary_text(result) -> str:
 
 def run_diff(args) -> int:
     from babelprobe.comparison import LAYOUT, diff
-    from babelprobe.tables import write_table
+    from babelprobe.tables import check_out_dir, write_table
 
     for path in (args.base, args.other):
         LAYOUT.check(path)  # both finished compare directories: before anything is written
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise BabelprobeError(f"--out {args.out} exists and is not a directory")
+    check_out_dir(args.out)
     table = diff(args.base, args.other)
     write_table(table, Path(args.out) / "difference.csv")
     shown = table.pivot_table(index="language", columns=["method", "metric"], values="difference")

@@ -120,6 +120,7 @@ def run_extract(args) -> int:
     from babelprobe.extract.distributed import env_world, local_device
     from babelprobe.extract.layers import check_spec
     from babelprobe.extract.run import check_extract, extract
+    from babelprobe.tables import check_out_dir
 
     settings = settings_from(args, ExtractSettings)  # every check that needs no model, before loading one
     check_spec(settings.layers)
@@ -127,7 +128,7 @@ def run_extract(args) -> int:
         raise BabelprobeError(f"--shard-size must be at least 1, got {args.shard_size}")
     if args.batch_tokens < 1:
         raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
-    _check_out_dir(args.out)
+    check_out_dir(args.out)
     items = items_from(args)
     lm = placed_model(args, local_device())
     check_extract(lm, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
@@ -141,13 +142,6 @@ def run_extract(args) -> int:
     if env_world()[0] == 0:
         print(report.summary())
     return 0
-
-
-def _check_out_dir(out) -> None:
-    from pathlib import Path
-
-    if Path(out).exists() and not Path(out).is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
 
 
 def run_verify(args) -> int:

@@ -37,7 +37,7 @@ from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
 from babelprobe.models import LoadedModel, length_batches, pad_batch
-from babelprobe.settings import settings_record
+from babelprobe.settings import given, settings_record
 
 MEAN_POOLING = "masked mean over the text's tokens, BOS excluded (BOS alone if the text is only BOS)"
 LAST_POOLING = "state at the text's last token"
@@ -157,10 +157,7 @@ def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, settings: Ext
         recorded in the manifest so later stages can find them.
     Returns an `ExtractReport`; read the store with `open_store(out)`.
     """
-    if settings is None:
-        settings = ExtractSettings(**values)
-    elif values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    settings = given(ExtractSettings, settings, values)
     check_extract(lm, settings, batch_tokens=batch_tokens, shard_size=shard_size, padding_side=padding_side)
     if items is None or len(items) == 0:
         raise BabelprobeError("nothing to extract: the item set is empty")

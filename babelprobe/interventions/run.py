@@ -45,10 +45,10 @@ from babelprobe.interventions.readouts import Unit
 from babelprobe.interventions.settings import Settings
 from babelprobe.interventions.source import source_class
 from babelprobe.items import items_hash, load_items
-from babelprobe.models import LoadedModel, load_model
+from babelprobe.models import LoadedModel, as_model
 from babelprobe.runs import open_run, read_manifest, score_resumably
 from babelprobe.settings import settings_for
-from babelprobe.tables import read_table, write_table
+from babelprobe.tables import check_out_dir, read_table, write_table
 
 MANIFEST = "intervene.json"
 OUTPUTS = {"rows": "interventions.csv", "summary": "summary.csv", "sanity": "sanity.csv"}
@@ -86,9 +86,7 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
     settings = settings or settings_for(Settings, None, None, **values)
     if n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {n_boot}")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
+    out = check_out_dir(out)
     items = load_items(items)
     found = probes if isinstance(probes, (ProbeSource, FreshProbes)) or probes is None else find_probes(probes, items)
     settings = _resolved(settings, found)
@@ -106,7 +104,7 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
 
         meta_requests(items, settings.prompts)  # the items can be asked: before any model work
     _check_manifest(out, overwrite)
-    lm = load_model(model, **(load_options or {})) if isinstance(model, str) else model
+    lm = as_model(model, load_options)
     if found is not None:
         found.check_model(lm)
     source.check_model(lm)

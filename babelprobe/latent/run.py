@@ -19,8 +19,8 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
 from babelprobe.latent.settings import AlignSettings, LensSettings
 from babelprobe.runs import LAYOUTS, open_run
-from babelprobe.settings import settings_record
-from babelprobe.tables import read_table, write_table
+from babelprobe.settings import given, settings_record
+from babelprobe.tables import check_out_dir, read_table, write_table
 
 LENS_OUTPUTS = ("states", "lens.csv", "curves.csv", "turns.csv", "pairs.csv", "languages.csv", "pair_correlations.csv",
                 "figures")
@@ -47,27 +47,6 @@ class AlignResult:
     matrix_layer: int  # the layer of the language × language figure
     correlations: pd.DataFrame | None = None  # with a compare directory's results
     figures: dict = field(default_factory=dict)
-
-
-def _settings(cls, settings, values):
-    if settings is None:
-        return cls(**values)
-    if values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
-    return settings
-
-
-def _out_dir(out) -> Path:
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
-    return out
-
-
-def _model(model, load_options: dict | None):
-    from babelprobe.models import load_model
-
-    return load_model(model, **(load_options or {})) if isinstance(model, str) else model
 
 
 def _store(acts, flag: str = "--acts"):
@@ -105,8 +84,8 @@ def lens(model, items, out: str | Path, settings: LensSettings | None = None, *,
     from babelprobe.items import items_hash, load_items
     from babelprobe.latent import lens as lens_mod
 
-    settings = _settings(LensSettings, settings, values)
-    out = _out_dir(out)
+    settings = given(LensSettings, settings, values)
+    out = check_out_dir(out)
     if compare is not None:
         LAYOUTS["compare"].check(compare, "--compare")
     if acts is not None:
@@ -121,7 +100,9 @@ def lens(model, items, out: str | Path, settings: LensSettings | None = None, *,
         items = load_items(items) if isinstance(items, (str, Path)) else items
         lens_mod.meta_prompt_items(items, settings.prompts, settings.orders)  # bad items or prompts: now
         identity = {"orders": list(settings.orders), "prompts": settings.prompts}
-    lm = _model(model, load_options)
+    from babelprobe.models import as_model
+
+    lm = as_model(model, load_options)
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items), **identity,
                          "pivot": settings.pivot, "top_k": settings.top_k},
                    record={"model": lm.name, "settings": settings_record(settings)}, manifest=LAYOUTS["lens"].manifest,
@@ -178,8 +159,8 @@ def align(model, items, out: str | Path, settings: AlignSettings | None = None, 
     `matrix_layer`: the layer of the language × language figure (default: the best mean retrieval)."""
     from babelprobe.latent.align import align_layers, alignment_correlations, parallel_items
 
-    settings = _settings(AlignSettings, settings, values)
-    out = _out_dir(out)
+    settings = given(AlignSettings, settings, values)
+    out = check_out_dir(out)
     if compare is not None:
         LAYOUTS["compare"].check(compare, "--compare")
     store_path = Path(acts) if acts is not None else Path(compare) / "acts" if compare is not None else out / "acts"
@@ -200,7 +181,9 @@ def align(model, items, out: str | Path, settings: AlignSettings | None = None, 
             raise BabelprobeError("the items have no 'parallel_id' field, which links the same content across "
                                   "languages; add it to the item file (README, Items)")
         _check_align(items, settings, None, matrix_layer)
-        lm = _model(model, load_options)
+        from babelprobe.models import as_model
+
+        lm = as_model(model, load_options)
         parse_layers(settings.layers, lm.n_layers)
         from babelprobe.extract import extract
 

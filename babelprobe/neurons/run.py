@@ -28,13 +28,13 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import Encoding, LoadedModel, length_batches, load_model, pad_batch
+from babelprobe.models import Encoding, LoadedModel, as_model, length_batches, pad_batch
 from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
 from babelprobe.neurons.mlp import NeuronCounter, activation_modules
 from babelprobe.neurons.settings import Settings
 from babelprobe.runs import layout, open_run, read_manifest
 from babelprobe.settings import settings_for, settings_record
-from babelprobe.tables import write_table
+from babelprobe.tables import check_out_dir, write_table
 
 MANIFEST = "neurons.json"
 OUTPUTS = ("activation.h5", "lape.csv", "neurons.csv")
@@ -147,9 +147,7 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
     settings = settings or settings_for(Settings, None, None, **values)
     if min_tokens < 1:
         raise BabelprobeError(f"--min-tokens must be at least 1, got {min_tokens}")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
+    out = check_out_dir(out)
     if corpus is not None and items is not None:
         raise BabelprobeError("give --items or --corpus, not both")
     if corpus is not None:
@@ -164,7 +162,7 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
                               "or more (--languages)")
     if not overwrite:
         read_manifest(out / MANIFEST)  # a damaged manifest is refused before the model loads
-    lm = load_model(model, **(load_options or {})) if isinstance(model, str) else model
+    lm = as_model(model, load_options)
     activation_modules(lm)  # an unknown MLP is refused before any work
     window = settings.window if corpus is not None else None
     encodings = {code: encodings_of(lm, values, window) for code, values in texts.items()}

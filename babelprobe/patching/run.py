@@ -35,8 +35,8 @@ import pandas as pd
 from babelprobe.errors import BabelprobeError
 from babelprobe.patching.settings import PairsSettings, TranslationSettings
 from babelprobe.runs import LAYOUTS, open_run, score_resumably
-from babelprobe.settings import settings_record
-from babelprobe.tables import read_table, write_table
+from babelprobe.settings import given, settings_record
+from babelprobe.tables import check_out_dir, read_table, write_table
 
 MANIFEST = "patch.json"
 TRANSLATION_OUTPUTS = ("translation.csv", "translation_pairs.csv", "translation_summary.csv", "translation_switches.csv")
@@ -63,27 +63,6 @@ class PairsResult:
     onsets: pd.DataFrame   # onsets.csv
     check: float           # max |unpatched copy − direct's score| of the bad items (should be ~1e-6)
     figures: dict = field(default_factory=dict)
-
-
-def _settings(cls, settings, values):
-    if settings is None:
-        return cls(**values)
-    if values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
-    return settings
-
-
-def _out_dir(out) -> Path:
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
-    return out
-
-
-def _model(model, load_options: dict | None):
-    from babelprobe.models import load_model
-
-    return load_model(model, **(load_options or {})) if isinstance(model, str) else model
 
 
 def patch_layers(spec: str, n_layers: int) -> list[int]:
@@ -118,11 +97,13 @@ def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, setti
     from babelprobe.analysis import patching as analysis
     from babelprobe.patching import translation
 
-    settings = _settings(TranslationSettings, settings, values)
-    out = _out_dir(out)
+    settings = given(TranslationSettings, settings, values)
+    out = check_out_dir(out)
     where = str(concepts) if isinstance(concepts, (str, Path)) else "the concepts"
     words = translation.check_concepts(translation.load_concepts(concepts), settings, where)
-    lm = _model(model, load_options)
+    from babelprobe.models import as_model
+
+    lm = as_model(model, load_options)
     layers = patch_layers(settings.layers, lm.n_layers)
     prompts = translation.Prompts(words, settings.shots, settings.seed)
     plans = [translation.plan_pairs(lm, prompts, config, settings.n_pairs, settings.seed)
@@ -179,15 +160,17 @@ def patch_pairs(model, items="xcomps-sample", sources=None, *, out: str | Path, 
     from babelprobe.items import items_hash, load_items
     from babelprobe.patching.pairs import check_items, pair_rows
 
-    settings = _settings(PairsSettings, settings, {**values, **({"sources": sources} if sources is not None else {})})
-    out = _out_dir(out)
+    settings = given(PairsSettings, settings, {**values, **({"sources": sources} if sources is not None else {})})
+    out = check_out_dir(out)
     if compare is not None:
         LAYOUTS["compare"].check(compare, "--compare")
     items = load_items(items) if isinstance(items, (str, Path)) else items
     pairs = check_items(items, settings.sources)
     if languages:
         pairs = pairs[pairs["language"].isin(list(languages))].reset_index(drop=True)
-    lm = _model(model, load_options)
+    from babelprobe.models import as_model
+
+    lm = as_model(model, load_options)
     layers = patch_layers(settings.layers, lm.n_layers)
     run = _open(out, lm, overwrite)
     record = {**settings_record(settings), "items_hash": items_hash(items), "layers_run": layers}

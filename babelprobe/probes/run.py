@@ -57,7 +57,7 @@ from babelprobe.probes.source import (
     usable_keys,
 )
 from babelprobe.probes.weights import Probes, solver_record
-from babelprobe.settings import settings_for
+from babelprobe.settings import given
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
 
@@ -94,11 +94,7 @@ def probe(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame |
     `peaks` (group), `transfer` (or None), `settings` and `probes` (the all-items probe of every group
     × layer, `Probes`).
     """
-    if settings is None:
-        protocol = values.pop("protocol", None)
-        settings = settings_for(ProbeSettings, protocol, **values)
-    elif values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    settings = given(ProbeSettings, settings, values)
     store = as_store(store)
     by, pool, Cs, solver = settings.by, settings.pool, list(settings.C), settings.solver
     keys = usable_keys(store, by, pool)

@@ -61,7 +61,7 @@ def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None 
     the fields of `Settings` as keyword arguments (`ks="1,8,64"`, `ablate=4`). `n_boot`: bootstrap
     replicates of the ablation's summary (OUT/ablate/summary.csv)."""
     from babelprobe.items import items_hash, load_items
-    from babelprobe.models import load_model
+    from babelprobe.models import as_model
     from babelprobe.runs import open_run
     from babelprobe.settings import settings_for
     from babelprobe.tables import check_writable_dir
@@ -80,7 +80,7 @@ def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None 
     _check_groups(items, settings.folds)
     store = _check_store(acts, sae, items) if acts is not None else None
     check_writable_dir(out)
-    lm = load_model(model, **(model_options or {})) if isinstance(model, str) else model
+    lm = as_model(model, model_options)
     check_fits(sae, lm.d_model, lm.n_layers)
     if store is not None and store.fingerprint and store.fingerprint != lm.fingerprint:
         raise BabelprobeError(f"activation store {store.path} was made with another model than {lm.name}; point "

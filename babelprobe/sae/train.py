@@ -138,12 +138,12 @@ def training_fit(sae: SAE, X: np.ndarray, languages: np.ndarray) -> pd.DataFrame
 
 
 def _check_out(out: Path, overwrite: bool) -> Path:
-    if out.exists() and not out.is_dir():
-        raise BabelprobeError(f"--out {out} exists and is not a directory")
+    from babelprobe.tables import check_out_dir, check_writable_dir
+
+    check_out_dir(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         what = "an SAE" if (out / SAELENS_CONFIG).exists() else "files"
         raise BabelprobeError(f"--out {out} already holds {what}; choose another --out or pass --overwrite")
-    from babelprobe.tables import check_writable_dir
 
     check_writable_dir(out.parent if not out.exists() else out)
     return out

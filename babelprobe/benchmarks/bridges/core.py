@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from babelprobe.benchmarks.base import metric_row
+from babelprobe.benchmarks.base import wide as wide_table
 from babelprobe.benchmarks.bridges.settings import BRIDGES, REDUCTIONS, Release, Settings, answerer  # noqa: F401
 from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
@@ -371,15 +373,15 @@ def summarize(rows: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
         for metric in METRICS:
             k = int(group[metric].astype(float).sum())
             low, high = wilson(k, n)
-            out.append({**where, **_metric(metric, k / n, (low, high), n, "wilson")})
+            out.append(metric_row(where, metric, k / n, low, high, n, "wilson"))
         gap = group["acc_norm"].astype(float) - group["acc_bytes"].astype(float)
-        out.append({**where, **_metric("norm_gap", gap.mean(), paired_bootstrap(gap, rng, BOOTSTRAP), n,
-                                       "paired bootstrap over questions")})
+        out.append(metric_row(where, "norm_gap", gap.mean(), *paired_bootstrap(gap, rng, BOOTSTRAP), n,
+                              "paired bootstrap over questions"))
         k = int((group["pred_norm"] != group["pred_bytes"]).sum())
-        out.append({**where, **_metric("norm_disagree", k / n, wilson(k, n), n, "wilson")})
+        out.append(metric_row(where, "norm_disagree", k / n, *wilson(k, n), n, "wilson"))
         if "records_skipped" in group.columns and subset == _last_cell(rows, language):
-            out.append({**where, "subset": "all", **_metric("records_skipped", group["records_skipped"].iloc[0],
-                                                            (np.nan, np.nan), group["records_read"].iloc[0], "count")})
+            out.append(metric_row({**where, "subset": "all"}, "records_skipped", group["records_skipped"].iloc[0],
+                                  n=group["records_read"].iloc[0], interval="count"))
     summary = pd.DataFrame(out)
     summary["method"] = "likelihood"
     notes = rows.groupby("language")["template_note"].first() if "template_note" in rows.columns else {}
@@ -393,26 +395,15 @@ def _last_cell(rows: pd.DataFrame, language: str) -> str:
     return "all" if len(subsets) > 1 else subsets[0]
 
 
-def _metric(metric: str, value, interval, n, kind: str) -> dict:
-    return {"metric": metric, "value": float(value), "ci_low": float(interval[0]), "ci_high": float(interval[1]),
-            "n": int(n), "interval": kind}
-
-
 def wide(summary: pd.DataFrame, subset: str | None = "all") -> pd.DataFrame:
-    """One row per language (its `all` cell, or its only subset) with a column per metric and
-    `<metric>_low`, `<metric>_high`."""
+    """One row per language (its `all` cell, or its only subset), by language: `base.wide`'s column per
+    metric with `<metric>_low`, `<metric>_high`, `<metric>_n`, and `n` (the questions)."""
     cells = summary[summary["metric"] != "records_skipped"]
     if subset == "all":
         several = cells.groupby("language")["subset"].transform(lambda s: s.nunique() > 1)
         cells = cells[(cells["subset"] == "all") | ~several]
-    table = cells.pivot_table(index=["language", "script"], columns="metric", values=["value", "ci_low", "ci_high"],
-                              aggfunc="first")
-    out = pd.DataFrame(index=table.index)
-    for metric in dict.fromkeys(cells["metric"]):
-        out[metric] = table[("value", metric)]
-        out[f"{metric}_low"], out[f"{metric}_high"] = table[("ci_low", metric)], table[("ci_high", metric)]
-    n = cells[cells["metric"] == "acc"].groupby("language")["n"].first()
-    return out.reset_index().assign(n=lambda t: t["language"].map(n))
+    table = wide_table(cells.sort_values("language", kind="stable"), ["language", "script"])
+    return table.assign(n=table["acc_n"])
 
 
 def format_summary(summary: pd.DataFrame) -> str:
