@@ -1,7 +1,8 @@
 """The benchmark bridges (MultiBLiMP, Belebele, XNLI, PAWS-X): the harness's metrics on a hand case, its
-templates as literal strings, its own scorer (lm-evaluation-harness's HFLM on a tiny model) against
-babelprobe's on the fixtures in tests/data/bridges, the items through `compare`'s reader, and the bad
-inputs of docs/reliability.md (rows 40-43) through the command line."""
+templates as literal strings and as its installed task files build them in every language, its own scorer
+(lm-evaluation-harness's HFLM on a tiny model) against babelprobe's on the fixtures in tests/data/bridges,
+the items through `compare`, `intervene`, `extract`, `probe`, `lens` and `align`, and the bad inputs of
+docs/reliability.md (rows 40-43) through the command line."""
 
 from __future__ import annotations
 
@@ -127,6 +128,34 @@ def test_compare_on_grammatical_pairs_runs_direct_and_neuro_and_skips_meta(tmp_p
     np.testing.assert_allclose(shown.sort_index(), by_language.sort_index())
 
 
+def test_multiblimp_items_through_intervene_on_compare_probes(tmp_path):
+    lm = tiny_lm("llama")
+    items = bridges.convert("multiblimp", "multiblimp-sample").assign(subset="all")
+    bp.compare(lm, items, tmp_path / "cmp", folds=2, progress=False)
+    result = bp.intervene(lm, items, probes=tmp_path / "cmp", out=tmp_path / "int", readouts=("direct", "probe"),
+                          n_boot=20, figures=False, progress=False)
+    assert set(result.rows["language"]) == set(items["language"])
+    assert {"direct_accuracy", "probe_accuracy"} <= set(result.summary["readout"])
+    # the unedited direct margins are compare's own (the runner checks them against direct.csv)
+    assert result.checks["direct_baseline_vs_compare_max_abs_diff"] < 1e-4
+
+
+def test_belebele_items_through_extract_probe_lens_and_align(tmp_path):
+    """Belebele's options (four per question, one question in five variants) through the stages that take
+    items one by one: probes on gold vs other options, the lens on each option's letter, and alignment of
+    the same question across variants (`parallel_id`)."""
+    lm = tiny_lm("llama", max_positions=2048)  # the tiny tokenizer spends about a token per Devanagari byte
+    items = bridges.convert("belebele", "belebele-sample")
+    bp.extract_activations(lm, items, tmp_path / "acts", progress=False)
+    neuro = bp.probe(tmp_path / "acts", folds=3, n_boot=0, progress=False)
+    assert set(neuro.table["language"]) == set(items["language"])
+    lensed = bp.lens(lm, items, tmp_path / "lens", acts=tmp_path / "acts", target="choice", figures=False,
+                     progress=False)
+    assert set(lensed.table["item_id"]) == set(items["item_id"])
+    aligned = bp.align(lm, items, tmp_path / "align", acts=tmp_path / "acts", figures=False, progress=False)
+    assert set(aligned.curves["language"]) == set(items["language"]) - {"en"}  # each against the pivot, en
+
+
 def test_language_without_iso_639_1_is_a_valid_item_language(tmp_path):
     folder = tmp_path / "aln"
     folder.mkdir()
@@ -198,25 +227,33 @@ def harness_records(name: str) -> tuple[str, list[tuple[str, list[dict]]]]:
     return "test", out
 
 
-def harness_scores(name: str, lm) -> pd.DataFrame:
-    """lm-evaluation-harness scoring the fixture: its task configs (the installed YAML files), its requests,
-    its HFLM model around `lm`'s model and tokenizer, its `process_results`."""
+def harness_task(relative: str, records: list[dict]):
+    """The harness's task from its installed YAML file (`relative` under lm_eval/tasks), zero-shot, on
+    `records` as every split, its requests built."""
     import datasets
     import lm_eval
     from lm_eval.api.task import ConfigurableTask
-    from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks._yaml_loader import load_yaml
+
+    config = load_yaml(Path(lm_eval.__file__).parent / "tasks" / relative)
+    config.pop("fewshot_config", None)
+    config.update(fewshot_split=None, custom_dataset=lambda **_: datasets.DatasetDict(
+        {name: datasets.Dataset.from_list(records) for name in ("train", "validation", "test")}))
+    task = ConfigurableTask(config=config)
+    task.build_all_requests(rank=0, world_size=1)
+    return task
+
+
+def harness_scores(name: str, lm) -> pd.DataFrame:
+    """lm-evaluation-harness scoring the fixture: its task configs (the installed YAML files), its requests,
+    its HFLM model around `lm`'s model and tokenizer, its `process_results`."""
+    from lm_eval.models.huggingface import HFLM
 
     model = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=4, device="cpu")
     split, tasks = harness_records(name)
     rows = []
     for relative, records in tasks:
-        config = load_yaml(Path(lm_eval.__file__).parent / "tasks" / relative)
-        config.pop("fewshot_config", None)
-        config.update(fewshot_split=None, custom_dataset=lambda records=records, **_: datasets.DatasetDict(
-            {name: datasets.Dataset.from_list(records) for name in ("train", "validation", "test")}))
-        task = ConfigurableTask(config=config)
-        task.build_all_requests(rank=0, world_size=1)
+        task = harness_task(relative, records)
         results = model.loglikelihood(task.instances, disable_tqdm=True)
         docs = list(task.test_docs() if task.has_test_docs() else task.validation_docs())
         for doc_id, doc in enumerate(docs):
@@ -224,6 +261,53 @@ def harness_scores(name: str, lm) -> pd.DataFrame:
             metrics = task.process_results(doc, [r for _, r in mine])
             rows.append({"lls": [ll for _, (ll, _) in mine], **metrics})
     return pd.DataFrame(rows)
+
+
+# One record per bridge, in its release's fields; PAWS-X's exercises process_docs_paraphrases (spaces before
+# punctuation and inside brackets, n't, a final period, a capital to lower-case).
+TEMPLATE_RECORDS = {
+    "multiblimp": {"sen": "Die Katze schläft.", "wrong_sen": "Die Katze schlafen.", "prefix": "Die Katze",
+                   "phenomenon": "SV-#"},
+    "belebele": {"link": "https://babelprobe.example/t", "question_number": 1, "flores_passage": "Ein Text.",
+                 "question": " Warum?  ", "mc_answer1": "weil", "mc_answer2": "darum", "mc_answer3": " so",
+                 "mc_answer4": "nie", "correct_answer_num": "3", "dialect": "deu_Latn"},
+    "xnli": {"premise": "Der Zug fuhr ab.", "hypothesis": "Der Zug ist weg.", "label": 2},
+    "pawsx": {"id": 1, "sentence1": "It is n't here ( really ) , \" he said .", "sentence2": "Yes , it is ;",
+              "label": 1},
+}
+HARNESS_FILES = {"multiblimp": "multiblimp/multiblimp_{}.yaml", "belebele": "belebele/belebele_{}.yaml",
+                 "xnli": "xnli/xnli_{}.yaml", "pawsx": "paws-x/paws_{}.yaml"}
+
+
+@pytest.mark.parametrize("name", bridges.BRIDGES)
+def test_requests_equal_the_installed_harness_in_every_language(name):
+    """For every config the harness has (XNLI's 15, PAWS-X's 7; MultiBLiMP's and Belebele's 101 and 122 share
+    one template), its requests from its installed YAML files, character for character: (context,
+    delimiter + choice) per option, and the gold index."""
+    pytest.importorskip("lm_eval", reason="lm_eval (the dev extra) is not installed")
+    import lm_eval
+
+    module = benchmark(name)
+    tasks = Path(lm_eval.__file__).parent / "tasks"
+    pattern = HARNESS_FILES[name]
+    before, after = pattern.split("{}")
+    harness_configs = sorted(p.relative_to(tasks).as_posix()[len(before):-len(after)]
+                             for p in tasks.glob(pattern.format("*")))
+    assert harness_configs == sorted(module.release().configs)
+    if name in ("multiblimp", "belebele"):
+        harness_configs = [c for c in harness_configs if c in ("eng", "heb", "deu_Latn", "zho_Hans", "hin_Deva")]
+    record = TEMPLATE_RECORDS[name]
+    for config in harness_configs:
+        task = harness_task(pattern.format(config), [record])
+        theirs = [i.args for i in sorted(task.instances, key=lambda i: i.idx)]
+        gold = task.doc_to_target(next(iter(task.eval_docs)))
+        question = module.questions(pd.DataFrame([record]).assign(_source="x:2"), config).iloc[0]
+        ours = [(question["context"], question["delimiter"] + choice) for choice in question["choices"]]
+        assert ours == theirs, config
+        assert question["gold"] == gold, config
+    if name == "xnli":  # the harness's Arabic contradiction word ("number"), kept above and flagged here
+        flagged = xnli.questions(pd.DataFrame([record]).assign(_source="x:2"), "ar")["template_note"]
+        assert "رقم" in flagged.iloc[0]
 
 
 @pytest.fixture(scope="module")
