@@ -510,10 +510,11 @@ def _bridge_accuracy(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
         ax.bar(x + (k - 1) * width, values, width * 0.9, yerr=errors, color=PALETTE[k], label=label,
                error_kw={"elinewidth": 0.6, "capsize": 1.5})
     ax.set_xticks(x, [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])])
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.2)  # room above the bars for the legend, in one row
+    ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("accuracy (95% Wilson)")
     ax.grid(axis="x", visible=False)
-    ax.legend(loc="upper right", fontsize=7, frameon=False)
+    ax.legend(loc="upper center", ncol=len(BRIDGE_METRICS), fontsize=7, frameon=False)
     ax.set_title(f"{title}: accuracy by normalisation" if title else "accuracy by normalisation")
     return save(fig, path)
 
@@ -532,6 +533,9 @@ def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
     ax.set_xticks(x, table["language"])
     ax.set_ylabel("acc_norm − acc_bytes")
     ax.grid(axis="x", visible=False)
+    if (table["norm_disagree"] == 0).all():  # e.g. Belebele: one-letter choices, so acc_norm ≡ acc ≡ acc_bytes
+        ax.text(0.5, 0.6, "per character and per byte pick the same option in every question", ha="center",
+                transform=ax.transAxes, fontsize=7, color="0.35")
     handles = [_legend_handle(marker="s", color=colours[s], label=s) for s in scripts]
     ax.legend(handles=handles, title="script", fontsize=7, title_fontsize=7, frameon=False, loc="best")
     ax.set_title(f"{title}: per character minus per byte" if title else "per character minus per byte")
