@@ -156,6 +156,14 @@ def test_belebele_items_through_extract_probe_lens_and_align(tmp_path):
     assert set(aligned.curves["language"]) == set(items["language"]) - {"en"}  # each against the pivot, en
 
 
+def test_conditional_scoring_of_a_pair_without_prefix_fails_before_the_model_loads(tmp_path, capsys):
+    out = tmp_path / "mb.jsonl"
+    bridges.convert("multiblimp", DATA / "multiblimp", out)  # eng record 2 has no prefix in the release
+    fails(["score", "direct", "--conditional", "--model", tmp_path / "no-model", "--items", out, "--out",
+           tmp_path / "direct.csv"], capsys, "item multiblimp-eng-2-0 has no prefix and continuation")
+    assert not (tmp_path / "direct.csv").exists()
+
+
 def test_language_without_iso_639_1_is_a_valid_item_language(tmp_path):
     folder = tmp_path / "aln"
     folder.mkdir()

@@ -68,6 +68,10 @@ def run(args) -> int:
         from babelprobe.benchmarks.meta import meta_requests
 
         meta_requests(items, settings.prompts, settings.prompt_language)  # bad items or prompts: before the model
+    elif settings.conditional:
+        from babelprobe.benchmarks.direct import _score_from
+
+        _score_from(items)  # items without prefix and continuation (MultiBLiMP's not always filled): before the model
     lm = placed_model(args)  # one device, or several with --device-map
     results = score_pairs(args.method, lm, items, args.out, settings, batch_tokens=args.batch_tokens,
                           padding_side=args.padding_side, share_prefix=not getattr(args, "no_share_prefix", False),
