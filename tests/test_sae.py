@@ -89,6 +89,30 @@ def test_both_layouts_load_identically(tmp_path):
         assert again.layer == 4 and torch.equal(again.encode(x), a.encode(x))
 
 
+def test_gemma_scope_config_gives_the_published_l0_and_other_sites_are_refused(tmp_path):
+    from babelprobe.errors import BabelprobeError
+
+    tensors = planted()
+    folder = gemma_scope_folder(tmp_path / "resid_post" / "layer_5_width_16k_l0_medium", tensors, layer=6)
+    config = json.loads((folder / "config.json").read_text())
+    # the released config.json's keys (google/gemma-scope-2-*: width, l0, type, affine_connection)
+    (folder / "config.json").write_text(json.dumps({**config, "l0": 60, "width": 6, "type": "sae",
+                                                    "affine_connection": False}))
+    sae = load_sae(folder)
+    assert sae.layer == 6 and sae.info["l0_published"] == 60 and sae.describe()["l0_published"] == 60
+    # `sae fetch`'s record without a registry L0 (no sae_lens) leaves the config's
+    (folder / "babelprobe_sae.json").write_text(json.dumps({"release": "r", "sae_id": "i", "l0_published": None}))
+    assert load_sae(folder).info["l0_published"] == 60
+    transcoder = gemma_scope_folder(tmp_path / "transcoder" / "layer_5_width_16k_l0_big", tensors, layer=6)
+    (transcoder / "config.json").write_text(json.dumps({**config, "type": "transcoder"}))
+    with pytest.raises(BabelprobeError, match="a transcoder"):
+        load_sae(transcoder)
+    # without config.json, a folder of another site is not read as the residual stream
+    mlp = gemma_scope_folder(tmp_path / "mlp_out" / "layer_5_width_16k_l0_big", tensors, 0, config=False)
+    with pytest.raises(BabelprobeError, match="mlp_out folder, not a residual-stream SAE"):
+        load_sae(mlp, layer=6)
+
+
 def _reference(x, W_enc, W_dec, b_enc, b_dec, apply_b_dec, architecture, threshold=None, k=None):
     """SAELens' encode and decode written out in numpy (module docstring of babelprobe.sae.weights)."""
     pre = (x - b_dec * apply_b_dec) @ W_enc + b_enc
@@ -127,19 +151,59 @@ def test_encode_decode_equal_numpy_on_a_hand_case(architecture, apply_b_dec):
         np.testing.assert_allclose(sae.decode(torch.tensor(f))[0].numpy(), [1.6, -0.5], atol=1e-6)
 
 
-@pytest.mark.parametrize("architecture", ["jumprelu", "standard", "topk"])
+@pytest.mark.parametrize("architecture", ["jumprelu", "standard", "topk", "topk-rescaled"])
 def test_sae_lens_agrees_when_installed(tmp_path, architecture):
     sae_lens = pytest.importorskip("sae_lens")
     g = torch.Generator().manual_seed(2)
+    rescaled = architecture == "topk-rescaled"
+    architecture = architecture.removesuffix("-rescaled")
     sae = SAE(W_enc=torch.randn(8, 16, generator=g), W_dec=torch.randn(16, 8, generator=g),
               b_enc=torch.randn(16, generator=g), b_dec=torch.randn(8, generator=g), architecture=architecture,
               threshold=torch.rand(16, generator=g) if architecture == "jumprelu" else None,
-              k=3 if architecture == "topk" else None, apply_b_dec_to_input=architecture != "jumprelu", layer=2)
+              k=3 if architecture == "topk" else None, apply_b_dec_to_input=architecture != "jumprelu", layer=2,
+              rescale_acts_by_decoder_norm=rescaled)
     theirs = sae_lens.SAE.load_from_disk(save_sae(sae, tmp_path / "sae"))
     x = torch.randn(20, 8, generator=g)
     with torch.no_grad():
         torch.testing.assert_close(sae.encode(x), theirs.encode(x))
         torch.testing.assert_close(sae.decode(sae.encode(x)), theirs.decode(theirs.encode(x)))
+
+
+def test_sae_lens_gemma_3_loader_agrees_when_installed(tmp_path, monkeypatch):
+    """A Gemma Scope 2 folder read by SAELens' own `gemma_3` loader (its hub calls served from the folder):
+    the same codes and reconstructions, apply_b_dec_to_input False, and its hook blocks.N.hook_resid_post
+    (model.layers.N.output) is our layer N+1."""
+    sae_lens = pytest.importorskip("sae_lens")
+    loaders = pytest.importorskip("sae_lens.loading.pretrained_sae_loaders")
+    from safetensors import safe_open
+
+    g = torch.Generator().manual_seed(6)
+    tensors = {"w_enc": torch.randn(8, 16, generator=g), "w_dec": torch.randn(16, 8, generator=g),
+               "b_enc": torch.randn(16, generator=g), "b_dec": torch.randn(8, generator=g),
+               "threshold": torch.rand(16, generator=g)}
+    folder_name = "resid_post/layer_5_width_16k_l0_small"
+    folder = gemma_scope_folder(tmp_path / folder_name, tensors, layer=6)
+    (folder / "config.json").write_text(json.dumps({  # the released config.json's keys
+        "model_name": "google/gemma-3-270m-pt", "architecture": "jump_relu", "hf_hook_point_in": "model.layers.5.output",
+        "hf_hook_point_out": "model.layers.5.output", "width": 16, "l0": 20, "affine_connection": False, "type": "sae"}))
+
+    def download(repo_id, filename=None, subfolder=None, **kwargs):
+        return str(tmp_path / (f"{subfolder}/{filename}" if subfolder else filename))
+
+    def shapes(repo_id, filename):
+        with safe_open(str(tmp_path / filename), "pt") as f:
+            return {name: list(f.get_slice(name).get_shape()) for name in f.keys()}
+
+    monkeypatch.setattr(loaders, "hf_hub_download", download)
+    monkeypatch.setattr(loaders, "get_safetensors_tensor_shapes", shapes)
+    theirs = sae_lens.SAE.from_pretrained("gemma-scope-2-270m-pt-res", "layer_5_width_16k_l0_small")
+    ours = load_sae(tmp_path / folder_name)
+    assert theirs.cfg.metadata.hook_name == "blocks.5.hook_resid_post" and ours.layer == 6
+    assert theirs.cfg.apply_b_dec_to_input is False and ours.apply_b_dec_to_input is False
+    x = torch.randn(20, 8, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.encode(x), theirs.encode(x))
+        torch.testing.assert_close(ours.decode(ours.encode(x)), theirs.decode(theirs.encode(x)))
 
 
 # ------------------------------------------------------------------------------------- the stats pass
@@ -158,6 +222,18 @@ def test_monolinguality_equals_hand_means():
     assert stats.ranks().tolist() == [[1, 2], [2, 1], [1, 2]]
     table = stats.features(top=1)
     assert set(table["feature"]) == {0, 1} and len(table) == 6
+
+
+def test_fit_warning_when_the_tokens_fit_worse_than_their_mean():
+    from babelprobe.analysis.sae import fit_warning
+
+    def fit(fvu_tokens):
+        return pd.DataFrame({"layer": 6, "language": ["en", "all", "en", "all"], "fvu": [2.0, fvu_tokens, 0.3, 0.3],
+                             "l0": 10.0, "l0_published": np.nan, "n_tokens": 5,
+                             "states": ["tokens", "tokens", "last", "last"]})
+
+    assert fit_warning(fit(0.9)) is None
+    assert fit_warning(fit(24.4)).startswith("FVU 24.40 over every token but BOS, against 0.30 on the last-token")
 
 
 def _hooked_token_states(lm, texts, block: int) -> list[torch.Tensor]:

@@ -89,6 +89,22 @@ def ablation_summary(rows: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> p
     return pd.DataFrame(out)
 
 
+def fit_warning(fit: pd.DataFrame) -> str | None:
+    """A warning when the SAE reconstructs the tokens of the stats pass worse than their language's mean
+    state (FVU above 1 over all of them), as an SAE trained on last-token states alone does: the
+    token-level tables then describe states outside what it was trained on."""
+    if "states" not in fit.columns:
+        return None
+    tokens = fit[(fit["states"] == "tokens") & (fit["language"] == "all")]["fvu"]
+    if not len(tokens) or not float(tokens.iloc[0]) > 1:
+        return None
+    last = fit[(fit["states"] == "last") & (fit["language"] == "all")]["fvu"]
+    trained = f", against {float(last.iloc[0]):.2f} on the last-token states" if len(last) else ""
+    return (f"FVU {float(tokens.iloc[0]):.2f} over every token but BOS{trained}: the SAE reconstructs those tokens "
+            "worse than their language's mean state (an SAE from `sae train` has seen last-token states only), so "
+            "features.csv describes states outside its training data; a published SAE (`sae fetch`) reads every token")
+
+
 # ------------------------------------------------------------------------------------------ figures
 
 def plot_monolinguality(features: pd.DataFrame, per_language: int = 3):
@@ -219,7 +235,7 @@ def markdown(path: Path, tables: dict, summaries: dict, result) -> str:
              f"Layer {int(fit['layer'].iloc[0])}. Tables: features.csv, fit.csv, sparse_probe.csv, ablate.csv.",
              "## Fit per language", "FVU around each language's mean state and L0 (features firing per state), "
              "over every token but BOS (`tokens`) and over the last-token states (`last`).",
-             _md(fit.round(3)),
+             _md(fit.round(3)), *(f"**Note:** {w}." for w in [fit_warning(fit)] if w),
              "## Most language-specific features", "Monolinguality ν = the feature's mean activation over the "
              "language's tokens minus its mean over the other languages (Deng et al.).",
              _md(summaries["sae_top_features"].round(4)),

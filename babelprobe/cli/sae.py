@@ -108,6 +108,11 @@ def summary(result) -> str:
         if len(part):
             lines.append(f"  fit on {title}: " + ", ".join(
                 f"{language} FVU {row.fvu:.2f} L0 {row.l0:.1f}" for language, row in part.iterrows()))
+    from babelprobe.analysis.sae import fit_warning
+
+    warning = fit_warning(fit)
+    if warning:
+        lines.append(f"  note: {warning}")
     for language, part in result.features[result.features["rank"] <= 3].groupby("language"):
         own = part.sort_values("rank")
         lines.append(f"  {language}: most specific features " + ", ".join(

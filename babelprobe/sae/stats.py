@@ -168,16 +168,15 @@ class StatsAccumulator:
         self.mask = self.groups = self.rows = self.last_index = None
 
     def begin(self, attention_mask: torch.Tensor, groups: torch.Tensor, exclude_bos: bool, rows=None) -> None:
-        """The batch's token mask (real tokens, each text's first left out when it is BOS and the text has
-        more), the language group of each row and (`rows`) where its texts' last-token states go."""
+        """The batch's token mask (real tokens, each text's first left out when it is BOS: a text of BOS
+        alone adds nothing, as Deng et al. skip it), the language group of each row and (`rows`) where its
+        texts' last-token states go."""
         self.rows = rows
         self.last_index = attention_mask.sum(dim=1) - 1  # right padding
         mask = attention_mask.to(torch.bool).clone()
         if exclude_bos:
-            rows = torch.arange(len(mask), device=mask.device)
             first = mask.to(torch.int8).argmax(dim=1)
-            has_text = mask.sum(dim=1) > 1
-            mask[rows[has_text], first[has_text]] = False
+            mask[torch.arange(len(mask), device=mask.device), first] = False
         self.mask = mask
         self.groups = groups[:, None].expand_as(mask)[mask]
 

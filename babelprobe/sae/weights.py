@@ -9,6 +9,8 @@ Two folder layouts are read (no SAELens or TransformerLens needed):
   `hf_hook_point_in` names the Hugging Face module whose output the SAE reads: `model.layers.N.output`
   is the output of block N+1 in 1-based counting, babelprobe layer N+1 (docs/design.md "Layers
   (numbering)"). Without a config the folder's name (`resid_post/layer_N_width_...`) says the same.
+  The config's `l0` is the published L0 (fit.csv's `l0_published`); a config of `type` other than
+  `sae` (a transcoder) and the attention, MLP and transcoder folders are refused.
 - **SAELens** (`cfg.json` + `sae_weights.safetensors` with `W_enc`, `W_dec`, `b_enc`, `b_dec` and, for
   JumpReLU, `threshold`): the architecture, `apply_b_dec_to_input`, `k` and the hook come from the
   config (SAELens 6, or the older flat config); `blocks.N.hook_resid_post` is babelprobe layer N+1,
@@ -161,19 +163,25 @@ def load_sae(path: str | Path, layer: int | None = None, device=None) -> SAE:
                               "pass --layers N (babelprobe numbering: N = block N's output)")
     fetched = path / "babelprobe_sae.json"  # written by `babelprobe sae fetch`: release, sae_id, published l0
     if fetched.exists():
-        sae.info.update(json.loads(fetched.read_text(encoding="utf-8")))
+        record = json.loads(fetched.read_text(encoding="utf-8"))
+        sae.info.update({key: value for key, value in record.items() if value is not None or key not in sae.info})
     return sae.to(device) if device is not None else sae
 
 
 def _read_gemma_scope(path: Path) -> SAE:
     config = _read_json(path / GEMMA_SCOPE_CONFIG) if (path / GEMMA_SCOPE_CONFIG).exists() else {}
+    if config.get("type", "sae") != "sae" or config.get("affine_connection"):
+        raise BabelprobeError(f"--sae {path}: a {config.get('type', 'transcoder')} ({GEMMA_SCOPE_CONFIG}), not a "
+                              "residual-stream SAE")
     architecture = _architecture(config.get("architecture", "jump_relu"), path)
     hook = config.get("hf_hook_point_in") or _folder_hook(path)
     tensors = _read_tensors(path / GEMMA_SCOPE_WEIGHTS, "gemma-scope-2", architecture)
     if "affine_skip_connection" in tensors:
         raise BabelprobeError(f"--sae {path}: a transcoder with a skip connection, not a residual-stream SAE")
-    return _assemble(path, "gemma-scope-2", architecture, tensors, hook, apply_b_dec_to_input=False,
-                     info={"model_name": config.get("model_name")} if config.get("model_name") else {})
+    # the released config.json gives the SAE's target L0 (`l0`, as SAELens' registry entry does)
+    info = {key: config[name] for key, name in (("model_name", "model_name"), ("l0_published", "l0"))
+            if config.get(name) is not None}
+    return _assemble(path, "gemma-scope-2", architecture, tensors, hook, apply_b_dec_to_input=False, info=info)
 
 
 def _read_saelens(path: Path) -> SAE:
@@ -262,10 +270,14 @@ def _architecture(name, path: Path) -> str:
 
 
 def _folder_hook(path: Path) -> str:
-    """`resid_post/layer_N_...` (a Gemma Scope 2 folder without config.json) as its hook point."""
+    """`resid_post/layer_N_...` (a Gemma Scope 2 folder without config.json) as its hook point, the rule
+    of SAELens' `_infer_gemma_3_raw_cfg_dict`; the other Gemma Scope 2 sites are refused."""
     match = re.search(r"layer_(\d+)", path.name)
     if match and "resid_post" in str(path):
         return f"model.layers.{match.group(1)}.output"
+    site = next((name for name in ("attn_out", "mlp_out", "transcoder", "clt") if name in str(path)), None)
+    if site is not None:
+        raise BabelprobeError(f"--sae {path}: a Gemma Scope 2 {site} folder, not a residual-stream SAE (resid_post)")
     return ""
 
 
