@@ -130,6 +130,38 @@ def test_lape_of_a_hand_case():
     assert default["selected"].sum() == round(0.01 * 4)  # 0 neurons at 1% of 4
 
 
+def test_the_selection_equals_torch_steps_of_the_released_identify():
+    """Random counts through the released identify.py's steps, written here in torch (kthvalue, topk of the
+    smallest, NaN → 0): the same τ, τ_bar, LAPE, selected neurons and languages as select_lape."""
+    rng = np.random.default_rng(7)
+    n = rng.integers(200, 400, 5)
+    over_zero = rng.binomial(n, rng.beta(0.5, 0.5, (4, 50, 5)))
+    over_zero[0, :3] = 0  # neurons that never fire: p̃ is 0/0 → 0
+    codes = ["en", "de", "zh", "ja", "ru"]
+    lape = select_lape(NeuronStats(over_zero, n, codes), top_rate=0.1, filter_rate=0.95, bar_ratio=0.9)
+
+    probs = torch.tensor(over_zero, dtype=torch.float64) / torch.tensor(n, dtype=torch.float64)
+    normed = probs / probs.sum(dim=-1, keepdim=True)
+    normed[torch.isnan(normed)] = 0
+    entropy = -(normed * torch.where(normed > 0, normed.log(), 0)).sum(dim=-1)
+    flat = probs.flatten()
+    tau = flat.kthvalue(round(len(flat) * 0.95)).values.item()
+    entropy[(probs > tau).sum(dim=-1) == 0] = torch.inf
+    _, index = entropy.flatten().topk(round(entropy.numel() * 0.1), largest=False)
+    layer, neuron = index // entropy.shape[1], index % entropy.shape[1]
+    bar = flat.kthvalue(round(len(flat) * 0.9)).values.item()
+
+    assert (lape.tau, lape.bar) == (tau, bar)
+    np.testing.assert_allclose(lape.table["lape"].to_numpy(), entropy.flatten().numpy(), rtol=0, atol=1e-12)
+    assert torch.isfinite(entropy.flatten()[index]).all()  # no ties at +∞ that could be broken either way
+    mine = lape.table[lape.table["selected"]]
+    assert set(zip(mine["layer"] - 1, mine["neuron"])) == set(zip(layer.tolist(), neuron.tolist()))
+    for k, code in enumerate(codes):
+        member = probs[layer, neuron, k] > bar
+        expected = {(int(l_) + 1, int(i)) for l_, i in zip(layer[member], neuron[member])}
+        assert {(l_, int(i)) for l_, idx in lape.neurons(code).items() for i in idx} == expected, code
+
+
 def test_top_rate_takes_a_list():
     lape = select_lape(hand_stats(), top_rate=[0.25, 0.5], filter_rate=0.5, bar_ratio=0.6)
     assert lape.table["selected"].sum() == 1  # the first rate
