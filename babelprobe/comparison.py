@@ -212,7 +212,7 @@ def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, **option
     from babelprobe.extract import extract, open_store
     from babelprobe.items import items_hash
 
-    if (acts / "manifest.json").exists():
+    if (acts / LAYOUTS["store"].manifest).exists():
         store = open_store(acts, allow_incomplete=True)
         mismatch = store.fingerprint != lm.fingerprint or store.items_hash != items_hash(items)
         if mismatch and not overwrite:

@@ -35,12 +35,13 @@ import pandas as pd
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.settings import BACKENDS
 from babelprobe.probes.settings import POOLS, parse_controls
+from babelprobe.runs import LAYOUTS
 from babelprobe.settings import as_tuple, at_least, given, one_of, option, settings_record
 from babelprobe.tables import atomic_path, write_table
 
 EXECUTORS = ("local", "slurm")
 STANDARD_GROUP = ("language", "subset")
-MANIFEST = "sweep.json"  # = runs.LAYOUTS["sweep"].manifest
+MANIFEST = LAYOUTS["sweep"].manifest
 
 
 @dataclass(frozen=True)

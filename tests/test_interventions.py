@@ -377,6 +377,22 @@ def test_I4_bad_settings(tiny_long_dir, probe_dir, tmp_path, capsys):
             "--readouts: unknown value 'logits'")
 
 
+def test_peak_and_the_scorers_values_are_spelled_as_elsewhere():
+    """`--layers max` is `peak` (extract/layers.py parses both, as for compare); --rule and --reduction offer
+    the scorers' values (benchmarks.scoring), checked in the settings too."""
+    from babelprobe.benchmarks.scoring import REDUCTIONS, RULES
+    from babelprobe.cli import build_parser
+    from babelprobe.errors import BabelprobeError
+    from babelprobe.interventions.settings import Settings
+
+    assert Settings(layers="max").layers == Settings(layers=" Peak ").layers == "peak"
+    with pytest.raises(BabelprobeError, match="--rule: unknown value 'all'"):
+        Settings(rule="all")
+    command = build_parser()._subparsers._group_actions[0].choices["intervene"]
+    choices = {action.dest: tuple(action.choices) for action in command._actions if action.dest in ("rule", "reduction")}
+    assert choices == {"rule": RULES, "reduction": REDUCTIONS}
+
+
 def test_I5_probe_directions_without_probes(tiny_long_dir, tmp_path, capsys):
     argv = cli_args(tiny_long_dir, "x", tmp_path / "o")
     del argv[argv.index("--probes"):argv.index("--probes") + 2]

@@ -22,7 +22,7 @@ from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, sa
 from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
 from babelprobe.benchmarks.base import Models, as_models, benchmark, benchmark_settings
 from babelprobe.models import LoadedModel
-from babelprobe.runs import open_run
+from babelprobe.runs import LAYOUTS, open_run
 from babelprobe.settings import settings_record
 from babelprobe.tables import write_table
 
@@ -585,7 +585,7 @@ def run_affinity(models: Models | LoadedModel | str, source: str | Path, out: st
     who = models.identity(answering)
     identity = {"benchmark": "pitfalls-affinity", "fingerprint": who["fingerprint"], **settings_record(settings)}
     run = open_run(out, identity, record={"model": who["model"], "data": str(source), "languages": languages,
-                                          "limit": limit}, manifest="affinity.json", overwrite=overwrite,
+                                          "limit": limit}, manifest=LAYOUTS["pitfalls-affinity"].manifest, overwrite=overwrite,
                    outputs=AFFINITY_FILES, what="a Pitfalls affinity run")
     cache = run.path / "generations.jsonl"
     translator = _chat(models, settings.translator, settings.chat_template)
@@ -647,7 +647,7 @@ def read_bench_run(path: str | Path) -> tuple[str, str, pd.DataFrame, dict]:
     from babelprobe.tables import read_table
 
     path = LAYOUTS["bench"].check(path, "--results")
-    info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+    info = json.loads((path / LAYOUTS["bench"].manifest).read_text(encoding="utf-8"))
     return info.get("benchmark", ""), str(info.get("model") or path.name), read_table(path / SUMMARY), info
 
 
@@ -698,7 +698,7 @@ def report_affinity(path: str | Path, out: str | Path, n_boot: int = 1000, seed:
     from babelprobe.tables import read_table
 
     path, out = Path(path), Path(out)
-    info = json.loads((path / "affinity.json").read_text(encoding="utf-8"))
+    info = json.loads((path / LAYOUTS["pitfalls-affinity"].manifest).read_text(encoding="utf-8"))
     affinity = read_table(path / "affinity.csv").set_index("language")
     report = Report(out=out)
     report.figures["pitfalls_fig7"] = plot_affinity(affinity, out / "pitfalls_fig7",

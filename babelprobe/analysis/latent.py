@@ -23,6 +23,7 @@ from matplotlib.ticker import MaxNLocator
 from babelprobe.analysis.figures import language_legend, language_styles, require
 from babelprobe.analysis.peaks import language_order
 from babelprobe.analysis.style import PALETTE, SEQUENTIAL, annotate_cells, figure
+from babelprobe.runs import LAYOUTS
 
 OWN, PIVOT = PALETTE[3], PALETTE[0]  # vermilion: the item's language; blue: the pivot (English)
 CHANCE_STYLE = (0, (1, 2))
@@ -200,7 +201,7 @@ def report_lens(path, out, n_boot: int = 1000, seed: int = 0):
     from babelprobe.tables import read_table
 
     path = Path(path)
-    state = json.loads((path / "lens.json").read_text(encoding="utf-8"))
+    state = json.loads((path / LAYOUTS["lens"].manifest).read_text(encoding="utf-8"))
     figures = lens_figures(read_table(path / "curves.csv"), state.get("pivot"), out)
     return _written_report(out, f"lens run {path}", figures)
 
@@ -212,7 +213,7 @@ def report_align(path, out, n_boot: int = 1000, seed: int = 0):
     from babelprobe.tables import read_table
 
     path = Path(path)
-    state = json.loads((path / "align.json").read_text(encoding="utf-8"))
+    state = json.loads((path / LAYOUTS["align"].manifest).read_text(encoding="utf-8"))
     correlations = read_table(path / "correlations.csv") if (path / "correlations.csv").exists() else None
     figures = alignment_figures(read_table(path / "curves.csv"), read_table(path / "matrix.csv"), correlations,
                                 int(state["matrix_layer"]), out)

@@ -21,6 +21,7 @@ from babelprobe.analysis.figures import language_ticks
 from babelprobe.analysis.peaks import language_order
 from babelprobe.analysis.style import DIVERGING, SEQUENTIAL, annotate_cells, figure, save
 from babelprobe.errors import BabelprobeError
+from babelprobe.runs import LAYOUTS
 
 CAPTIONS = {
     "lape_layers": "Language-specific neurons (LAPE, Tang et al. 2024) per layer and language: the selected neurons "
@@ -171,7 +172,7 @@ def report(path: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0)
     from babelprobe.tables import atomic_path, read_table, write_table
 
     path, out = Path(path), Path(out)
-    manifest = json.loads((path / "neurons.json").read_text(encoding="utf-8"))
+    manifest = json.loads((path / LAYOUTS["neurons"].manifest).read_text(encoding="utf-8"))
     selection = manifest.get("selection", {})
     table, counts = read_table(path / "lape.csv"), read_table(path / "neurons.csv")
     table["languages"] = table["languages"].fillna("").astype(str)

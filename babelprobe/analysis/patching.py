@@ -24,10 +24,11 @@ from matplotlib.ticker import MaxNLocator
 
 from babelprobe.analysis.figures import require
 from babelprobe.analysis.style import LINESTYLES, PALETTE, figure, save
+from babelprobe.runs import LAYOUTS
 from babelprobe.stats import paired_bootstrap
 from babelprobe.tables import atomic_path, read_table, write_table
 
-MANIFEST = "patch.json"
+MANIFEST = LAYOUTS["patch"].manifest
 MEASURES = ("p_src_concept_tgt_lang", "p_tgt_concept_tgt_lang", "p_src_concept_src_lang", "p_tgt_concept_src_lang",
             "p_latent")  # = patching.translation.MEASURES (tested)
 LABELS = {"p_src_concept_tgt_lang": "source concept, target language",

@@ -50,8 +50,9 @@ def load_results(path: str | Path, transfer: str | Path | None = None) -> Result
     if not path.is_dir():
         raise BabelprobeError(f"--results {path}: no such directory")
     results = Results(path=path)
-    if (path / "compare.json").exists():
-        results.info["compare"] = _read_json(path / "compare.json")
+    manifest = path / LAYOUTS["compare"].manifest
+    if manifest.exists():
+        results.info["compare"] = _read_json(manifest)
     for name, file, columns in (("items", "items.csv", ["pair_id", "language", "subset"]),
                                 ("summary", "summary.csv", ["language", "subset", "method", "metric", "value"]),
                                 ("correlations", "correlations.csv", ["method_a", "method_b", "pearson_r"])):
@@ -75,10 +76,10 @@ def load_results(path: str | Path, transfer: str | Path | None = None) -> Result
 def attach_other(results: Results, other: str | Path | Results) -> Results:
     """`results` with a second model's compare directory on the same items attached (for Figs. 9 and 13)."""
     other = other if isinstance(other, Results) else load_results(LAYOUTS["compare"].check(other, "--other"))
-    for which in (results, other):
-        if which.summary is None or which.probe is None:
-            raise BabelprobeError(f"{which.path} is not a finished compare directory (summary.csv and neuro.csv); "
-                                  "the two-model figures need two")
+    for which, flag in ((results, "--results"), (other, "--other")):  # the two-model figures need two
+        LAYOUTS["compare"].check(which.path, flag)
+        if which.probe is None:
+            raise BabelprobeError(f"{flag} {which.path} has no neuro.csv; run `babelprobe compare` into it again")
     hashes = [r.info.get("compare", {}).get("items_hash") for r in (results, other)]
     if hashes[0] != hashes[1]:
         raise BabelprobeError(f"{results.path} and {other.path} were run on different items (items hash "

@@ -39,9 +39,11 @@ import numpy as np
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.extract.layers import is_peak
 from babelprobe.interventions.edits import Edit, Erase, Project, Steer, fit_leace
 from babelprobe.probes.controls import group_rng
 from babelprobe.probes.weights import Probes
+from babelprobe.runs import LAYOUTS
 
 METHODS = ("steer", "ablate", "leace")
 ABLATE_TO = ("zero", "mean")
@@ -75,7 +77,7 @@ class _Checks:
                 listed = ", ".join("/".join(k) for k in sorted(known)) or "none"
                 raise BabelprobeError(f"--probes {self.origin}: no probes for {'/'.join(key)} "
                                       f"({', '.join(self.by)}); its groups are {listed}")
-        if layers is not None and str(layers).strip().lower() != "peak":
+        if layers is not None and not is_peak(layers):
             chosen = parse_layers(layers, 10**6)  # the grammar only; the probes' layers below
             missing = [x for x in chosen if x not in self.layers]
             if missing:
@@ -150,7 +152,7 @@ class FreshProbes(_Checks):
         self.layers, self.d_model, self.fingerprint = opened.layers, opened.d_model, opened.fingerprint
         keys = opened.keys
         self.keys = keys[keys["label"].isin([0, 1])]
-        self.digest = "store-" + _file_digest(self.store / "manifest.json")
+        self.digest = "store-" + _file_digest(self.store / LAYOUTS["store"].manifest)
 
     def known_groups(self) -> set[tuple]:
         return {tuple(map(str, k)) for k in self.keys[list(self.by)].drop_duplicates().itertuples(index=False,
@@ -183,12 +185,12 @@ def find_probes(spec: str | Path, items: pd.DataFrame | None = None) -> ProbeSou
     path = Path(spec)
     if not path.exists():
         raise BabelprobeError(f"--probes {spec}: no such file or directory")
-    compare_dir = path if (path / "compare.json").exists() else None
+    compare_dir = path if (path / LAYOUTS["compare"].manifest).exists() else None
     if path.is_dir():
         result_file = next((path / n for n in ("neuro.csv", "neuro.parquet") if (path / n).exists()), None)
         if result_file is None:
-            store = path if (path / "manifest.json").exists() else path / "acts"
-            if not (store / "manifest.json").exists():
+            store = path if (path / LAYOUTS["store"].manifest).exists() else path / "acts"
+            if not (store / LAYOUTS["store"].manifest).exists():
                 raise BabelprobeError(f"--probes {spec}: not a compare directory, probe result or activation store "
                                       "(no neuro.csv, no manifest.json, no acts/)")
             return FreshProbes(store=store, items=items, compare_dir=compare_dir)
@@ -243,7 +245,7 @@ def layer_plan(source: ProbeSource, items: pd.DataFrame, spec: str) -> dict[tupl
     from babelprobe.extract.layers import parse_layers
 
     keys, by = source.group_keys(items), list(source.by)
-    if str(spec).strip().lower() == "peak":
+    if is_peak(spec):
         peaks = source.peaks.copy()
         for column in by:
             peaks[column] = peaks[column].astype(str)

@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.extract.layers import is_peak
 from babelprobe.interventions.directions import (
     METHODS,
     ProbeSource,
@@ -110,7 +111,7 @@ class ProbeDirections(EditSource):
                         frame = unit.frame(base, after, before, after_probe, keys=by)
                         direction, _, draw = kind.partition("-")
                         labels = {"layer": layer,
-                                  "layer_rule": "peak" if settings.layers.strip().lower() == "peak" else "chosen",
+                                  "layer_rule": "peak" if is_peak(settings.layers) else "chosen",
                                   "method": method, "ablate_to": settings.ablate_to if method == "ablate" else "",
                                   "positions": settings.positions, "direction": direction, "draw": int(draw or 0),
                                   "alpha": alpha, "sigma": dirs.sigma, "edit_norm": edit_size(edit, X),

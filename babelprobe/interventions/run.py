@@ -46,11 +46,11 @@ from babelprobe.interventions.settings import Settings
 from babelprobe.interventions.source import source_class
 from babelprobe.items import items_hash, load_items
 from babelprobe.models import LoadedModel, as_model
-from babelprobe.runs import open_run, read_manifest, score_resumably
+from babelprobe.runs import LAYOUTS, open_run, read_manifest, score_resumably
 from babelprobe.settings import settings_for
 from babelprobe.tables import check_out_dir, read_table, write_table
 
-MANIFEST = "intervene.json"
+MANIFEST = LAYOUTS["intervene"].manifest
 OUTPUTS = {"rows": "interventions.csv", "summary": "summary.csv", "sanity": "sanity.csv"}
 
 
@@ -152,7 +152,7 @@ def _resolved(settings: Settings, found) -> Settings:
     stages = {}
     compare_dir = getattr(found, "compare_dir", None)
     if compare_dir is not None:
-        stages = (read_manifest(compare_dir / "compare.json") or {}).get("stages", {})
+        stages = (read_manifest(compare_dir / LAYOUTS["compare"].manifest) or {}).get("stages", {})
     meta, direct = stages.get("meta", {}), stages.get("direct", {})
     readouts = settings.readouts or (("probe",) if settings.positions == "last" else
                                      ("direct", "meta", "probe") if found is not None else ("direct", "meta"))

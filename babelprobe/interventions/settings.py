@@ -8,7 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from babelprobe.benchmarks.scoring import REDUCTIONS, RULES
 from babelprobe.errors import BabelprobeError
+from babelprobe.extract.layers import PEAK, is_peak
 from babelprobe.settings import as_tuple, at_least, each_of, one_of, option, settings_record
 
 READOUTS = ("direct", "meta", "probe")
@@ -46,8 +48,10 @@ class Settings:
     top_rate: float | None = option(None, "neurons: the share of all neurons LAPE selects (default: the --neurons "
                                     "run's first --top-rate)", metavar="RATE")
     seed: int = option(0, "seed of the random controls, the label shuffle and the bootstrap")
-    reduction: str | None = option(None, "direct and meta score reduction (default: the compare run's, else sum)")
-    rule: str | None = option(None, "meta rule: sum, both or first (default: the compare run's, else sum)")
+    reduction: str | None = option(None, "direct and meta score reduction (default: the compare run's, else sum)",
+                                   choices=REDUCTIONS)
+    rule: str | None = option(None, "meta rule: how the two option orders decide a pair (default: the compare run's, "
+                              "else sum)", choices=RULES)
     prompts: str | None = option(None, "meta prompt set (default: the compare run's, else xcomps)",
                                  metavar="NAME|FILE.tsv")
     refit_folds: int = option(5, "folds of the probe refitted on edited states", cli=False)
@@ -55,6 +59,8 @@ class Settings:
     def __post_init__(self):
         for name in ("methods", "readouts", "off"):
             object.__setattr__(self, name, as_tuple(getattr(self, name)))
+        if is_peak(self.layers):  # `max` (the XCOMPS wording) too: recorded as peak
+            object.__setattr__(self, "layers", PEAK)
         object.__setattr__(self, "methods", tuple(dict.fromkeys(self.methods)))
         each_of(self, "methods", METHODS)
         if self.readouts:
@@ -83,14 +89,8 @@ class Settings:
         if self.positions == "last" and self.readouts and set(self.readouts) != {"probe"}:
             raise BabelprobeError("--positions last edits each text's last token, which no direct or meta score reads; "
                                   "use --readouts probe")
-        if self.rule is not None:
-            from babelprobe.benchmarks.meta import RULES
-
-            one_of(self, "rule", RULES)
-        if self.reduction is not None:
-            from babelprobe.benchmarks.core.logprobs import REDUCTIONS
-
-            one_of(self, "reduction", REDUCTIONS)
+        one_of(self, "rule", RULES, allow_none=True)
+        one_of(self, "reduction", REDUCTIONS, allow_none=True)
 
     def alphas_for(self, method: str) -> tuple[float, ...]:
         """The strengths run for `method`: --alpha, else the method's default."""

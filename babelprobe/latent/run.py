@@ -53,7 +53,7 @@ def _store(acts, flag: str = "--acts"):
     from babelprobe.extract import open_store
 
     path = Path(acts)
-    if not (path / "manifest.json").exists():
+    if not (path / LAYOUTS["store"].manifest).exists():
         LAYOUTS["store"].check(path, flag)  # "no such directory" or "not a finished store directory"
     return open_store(path)
 

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.extract.layers import is_peak
 from babelprobe.interventions.directions import layer_plan
 from babelprobe.interventions.probe_edits import insert_columns
 from babelprobe.interventions.source import EditSource
@@ -109,7 +110,7 @@ class NeuronDeactivation(EditSource):
                                    if layer is not None else {})
                     frame = unit.frame(base, after, before.get(layer), probe_after, keys=by)
                     labels = {"layer": layer if layer is not None else np.nan,
-                              "layer_rule": ("peak" if settings.layers.strip().lower() == "peak" else "chosen")
+                              "layer_rule": ("peak" if is_peak(settings.layers) else "chosen")
                               if layer is not None else "",
                               "method": "neurons", "ablate_to": "", "positions": "all", "direction": direction,
                               "draw": draw, "alpha": 1.0, "off": code, "top_rate": self.top_rate,

@@ -36,7 +36,7 @@ from babelprobe.runs import layout, open_run, read_manifest
 from babelprobe.settings import settings_for, settings_record
 from babelprobe.tables import check_out_dir, write_table
 
-MANIFEST = "neurons.json"
+MANIFEST = layout("neurons").manifest
 OUTPUTS = ("activation.h5", "lape.csv", "neurons.csv")
 
 

@@ -38,7 +38,7 @@ from babelprobe.runs import LAYOUTS, open_run, score_resumably
 from babelprobe.settings import given, settings_record
 from babelprobe.tables import check_out_dir, read_table, write_table
 
-MANIFEST = "patch.json"
+MANIFEST = LAYOUTS["patch"].manifest
 TRANSLATION_OUTPUTS = ("translation.csv", "translation_pairs.csv", "translation_summary.csv", "translation_switches.csv")
 PAIRS_OUTPUTS = ("pairs.csv", "summary.csv", "onsets.csv")
 OUTPUTS = (*TRANSLATION_OUTPUTS, *PAIRS_OUTPUTS, "figures")

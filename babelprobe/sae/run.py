@@ -32,11 +32,12 @@ import numpy as np
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.runs import LAYOUTS
 from babelprobe.sae.settings import Settings
 from babelprobe.sae.weights import SAE, check_fits, load_sae
 from babelprobe.settings import settings_record
 
-MANIFEST = "sae.json"
+MANIFEST = LAYOUTS["sae"].manifest
 STATS = "stats.npz"  # the stats pass's per-language sums (`stats.SAEStats`)
 OUTPUTS = {"features": "features.csv", "fit": "fit.csv", "sparse_probe": "sparse_probe.csv", "ablate": "ablate.csv"}
 
