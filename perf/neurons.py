@@ -11,8 +11,9 @@ in the same run (issue 29):
     .venv/bin/python perf/neurons.py --repeat 3 --limit 10 --languages en,de,zh
 
 The compared runs take turns within each round (perf/timing.py) and the median ratio within rounds is
-reported: the machine these run on is shared and its speed drifts, so compare ratios, and rerun on a
-quiet machine for the absolute times.
+reported, with the median ratio of this process's CPU seconds beside it: the machine these run on is
+shared and its speed drifts, so compare ratios (the CPU-time one when the machine is busy), and rerun on
+a quiet machine for the absolute times.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def main() -> None:
             ("score direct neurons off / plain", scoring, "score direct, neurons off", "score direct", 1.05)):
         median = float(np.median(ratios(table, slow, fast)))
         verdict = "within" if median <= target else "ABOVE"
-        print(f"{label}: {median_ratio(table, slow, fast)}; target ≤ {target}x: {verdict}")
+        # CPU seconds of this process beside the wall ratio: on a shared machine the wall ratio is noise
+        cpu = float(np.median([r[slow][2] / r[fast][2] for r in table]))
+        print(f"{label}: {median_ratio(table, slow, fast)}; target ≤ {target}x: {verdict} "
+              f"(CPU-time ratio {cpu:.2f}x)")
 
 
 if __name__ == "__main__":
