@@ -148,8 +148,7 @@ def plot_stingray_overall(summaries: dict[str, pd.DataFrame], path: str | Path, 
             rows = _overall_point(stingray.wide(summary), subset, task)
             if rows and pd.notna(rows[0]["accuracy_l1"]) and pd.notna(rows[0]["accuracy_l2"]):
                 _stingray_point(ax, rows[0], markers[k % len(markers)], PALETTE[k % len(PALETTE)])
-        over = "pairs and tasks" if task == "all" else f"pairs, {STINGRAY_TASKS[task]}"
-        ax.set_title(f"{label} (mean over {over})")
+        ax.set_title(f"{label} (mean over {'pairs and tasks' if task == 'all' else 'pairs'})")  # the task: in the title
         ax.set_xlabel("accuracy in L1")
         ax.set_ylabel("accuracy in L2")
     handles = [_legend_handle(marker=markers[k % len(markers)], color=PALETTE[k % len(PALETTE)], label=model)
@@ -188,7 +187,7 @@ def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, ti
             ax.grid(axis="x", visible=False)
             ax.set_title(f"{name}: cognate {label}", fontsize=8)
             if col == 0:
-                ax.set_ylabel(f"{label} (mean over tasks)" if task == "mean" else f"{label} ({STINGRAY_TASKS[task]})")
+                ax.set_ylabel(f"{label} (mean over tasks)" if task == "mean" else label)  # the task: in the title
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
     _stingray_title(fig, title, next(iter(summaries.values()), None))
@@ -197,7 +196,8 @@ def plot_stingray_pairs(summaries: dict[str, pd.DataFrame], path: str | Path, ti
 
 STINGRAY_TASKS = {"usage": "usage correction", "semantic": "semantic appropriateness"}
 # App. C of the paper: the figure of each task (the overall point, comprehension and |bias| per pair)
-STINGRAY_APPENDIX = {"usage": "Figs. 7, 11, 13", "semantic": "Figs. 8, 12, 14"}
+STINGRAY_APPENDIX = {("usage", "overall"): "Fig. 7", ("semantic", "overall"): "Fig. 8",
+                     ("usage", "pairs"): "Figs. 11, 13", ("semantic", "pairs"): "Figs. 12, 14"}
 
 
 def _overall_point(table: pd.DataFrame, subset: str, task: str) -> list[dict]:
@@ -237,10 +237,10 @@ def plot_stingray_appendix(summaries: dict[str, pd.DataFrame], out: str | Path, 
     for task, label in STINGRAY_TASKS.items():
         if task not in tasks:
             continue
-        name = f"stingray-{task}-overall"
-        drawn[name] = plot_stingray_overall(summaries, out / name, title=f"{title or ''} {label}".strip(), task=task)
-        name = f"stingray-{task}-pairs"
-        drawn[name] = plot_stingray_pairs(summaries, out / name, title=f"{title or ''} {label}".strip(), task=task)
+        for kind, plot in (("overall", plot_stingray_overall), ("pairs", plot_stingray_pairs)):
+            heading = f"{title}\n" if title else ""  # two lines: a long model name would run off the figure
+            heading += f"{label} (App. C {STINGRAY_APPENDIX[(task, kind)]})"
+            drawn[f"stingray-{task}-{kind}"] = plot(summaries, out / f"stingray-{task}-{kind}", title=heading, task=task)
     return drawn
 
 
