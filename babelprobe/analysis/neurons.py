@@ -12,6 +12,7 @@ the directory), so the analysis layer needs no model code.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +54,9 @@ def plot_lape_layers(counts: pd.DataFrame, top_rate: float | None = None):
     ax.set_yticks(range(len(grid)), grid.index.astype(int))
     ax.set_ylabel("layer (block's MLP)")
     totals = grid.sum(axis=0).astype(int)
-    ax.set_title(f"Selected neurons per layer (top rate {rate:g}; totals: "
-                 f"{', '.join(f'{c} {totals[c]}' for c in languages)})", fontsize=7)
+    # the totals wrapped under the title: one long line made the figure far wider than its heatmap
+    totals_text = textwrap.fill("totals: " + ", ".join(f"{c} {totals[c]}" for c in languages), 56)
+    ax.set_title(f"Selected neurons per layer (top rate {rate:g})\n{totals_text}", fontsize=7)
     fig.colorbar(image, ax=ax, shrink=0.8, label="neurons")
     return fig
 

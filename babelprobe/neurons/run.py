@@ -166,11 +166,12 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
     activation_modules(lm)  # an unknown MLP is refused before any work
     window = settings.window if corpus is not None else None
     encodings = {code: encodings_of(lm, values, window) for code, values in texts.items()}
-    for code in sorted(encodings):
-        n = counted_tokens(lm, encodings[code])
-        if n < min_tokens:
-            raise BabelprobeError(f"language {code} has {n} tokens to count, fewer than --min-tokens {min_tokens}; give "
-                                  "it more text, or lower --min-tokens")
+    short = {code: n for code in sorted(encodings) if (n := counted_tokens(lm, encodings[code])) < min_tokens}
+    if short:  # every short language named at once, so that one fix is enough
+        (code, n), *others = short.items()
+        also = f"; so do {', '.join(f'{c} ({m})' for c, m in others)}" if others else ""
+        raise BabelprobeError(f"language {code} has {n} tokens to count, fewer than --min-tokens {min_tokens}{also}; "
+                              f"give {'them' if others else 'it'} more text, or lower --min-tokens")
     identity = {"fingerprint": lm.fingerprint, **source}
     run = open_run(out, identity, record={"model": lm.name}, manifest=MANIFEST, overwrite=overwrite,
                    outputs=(*OUTPUTS, "figures"), what="a neurons run of another model or other texts")
