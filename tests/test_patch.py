@@ -406,6 +406,28 @@ def test_both_protocols_into_one_directory_and_the_report(tiny_dir, tmp_path, ca
     # a flag of the other protocol is refused
     assert main([str(a) for a in [*pairs_args[:-1], "--n-pairs", "3"]]) == 2
     assert "--n-pairs applies to --protocol translation" in capsys.readouterr().err
+    # the translation again with other settings: its own tables replaced (said on stderr), the pairs' kept
+    pairs_before = (out / "pairs.csv").stat().st_mtime_ns
+    fewer = [str(a) for a in translation_args]
+    fewer[fewer.index("--n-pairs") + 1] = "1"
+    assert main(fewer) == 0
+    assert "replacing the translation results made with other settings (n_pairs)" in capsys.readouterr().err
+    assert pd.read_csv(out / "translation.csv")["pair_idx"].nunique() == 1
+    assert (out / "pairs.csv").stat().st_mtime_ns == pairs_before
+    assert set(json.loads((out / "patch.json").read_text())["stages"]) == {"translation", "pairs"}
+    # --n-boot and --min-gap change only the summaries: the rows are reused, the summary follows
+    rows = pd.read_csv(out / "pairs.csv")
+    gap = float((rows["s_good"] - rows["s_bad"]).abs().median())
+    assert main([*[str(a) for a in pairs_args[:-1]], "--min-gap", repr(gap), "--n-boot", "10", "--no-progress"]) == 0
+    assert "replacing" not in capsys.readouterr().err
+    assert (out / "pairs.csv").stat().st_mtime_ns == pairs_before
+    state = json.loads((out / "patch.json").read_text())
+    assert state["summaries"]["pairs"] == {"min_gap": gap, "n_boot": 10} and "min_gap" not in state["stages"]["pairs"]
+    kept = rows[((rows["s_good"] - rows["s_bad"]).abs() >= gap) & (rows["control"] == "source")]
+    summary = pd.read_csv(out / "summary.csv")
+    summary = summary[(summary["language"] == "all") & (summary["control"] == "source")].set_index("layer")["n"]
+    assert 0 < len(kept) < (rows["control"] == "source").sum()
+    assert summary.to_dict() == kept.groupby("layer").size().to_dict()
 
 
 def test_settings_are_checked(tmp_path):

@@ -272,7 +272,9 @@ def report(path, out, n_boot: int = 1000, seed: int = 0):
         raise BabelprobeError(f"{path} holds no finished patching run (no translation.csv or pairs.csv); run "
                               "`babelprobe patch --protocol translation|pairs --out DIR` into it first")
     state = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    stages = state.get("stages", {})
+    # each protocol's settings: those of its rows ("stages") and those of its summaries ("summaries")
+    stages = {name: {**record, **state.get("summaries", {}).get(name, {})}
+              for name, record in state.get("stages", {}).items()}
     result = Report(out=out)
     lines = [f"# babelprobe report: activation patching in {path}", "",
              f"- model: `{state.get('model')}` (fingerprint `{str(state.get('fingerprint'))[:16]}`)"]

@@ -23,7 +23,8 @@ bound) and another pair's concept (lower bound). --compare DIR sets the recovery
 Both protocols write into one OUT (patch.json records each one's settings): translation.csv,
 translation_pairs.csv, translation_summary.csv, translation_switches.csv; pairs.csv (joins
 compare/items.csv on pair_id), summary.csv, onsets.csv; figures/ (patch_translation, patch_recovery,
-patch_vs_probe). The same command again reuses finished rows; an interrupted one resumes.
+patch_vs_probe). The same command again reuses finished rows; an interrupted one resumes; a protocol run
+again with other settings replaces its own tables (said on stderr) and keeps the other's.
 """
 
 from __future__ import annotations

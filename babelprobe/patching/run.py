@@ -5,7 +5,9 @@ figures, return the result (`bp.patch_translation`, `bp.patch_pairs`; the comman
     result = bp.patch_pairs("default", "xcomps-sample", "en", out="patch/")              # PairsResult
 
 Both protocols write into one directory (OUT/patch.json: the model's fingerprint, and per protocol, a
-stage, the settings it ran with):
+stage, the settings that change its rows; under "summaries", --n-boot and --min-gap, which change only the
+summaries: a run that changes only them reuses the rows; a protocol run again with other settings replaces
+its own tables, said on stderr, and leaves the other protocol's):
 
     translation.csv            config, exp, variant, pair_idx, src_concept, tgt_concept, layer,
                                p_src_concept_tgt_lang, p_tgt_concept_tgt_lang, p_src_concept_src_lang,
@@ -27,6 +29,8 @@ command again reuses the finished rows; an interrupted run resumes in chunks of 
 
 from __future__ import annotations
 
+import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +48,9 @@ PAIRS_OUTPUTS = ("pairs.csv", "summary.csv", "onsets.csv")
 OUTPUTS = (*TRANSLATION_OUTPUTS, *PAIRS_OUTPUTS, "figures")
 FIGURES = {"translation": ("patch_translation",), "pairs": ("patch_recovery", "patch_vs_probe")}
 CHUNK = 25  # pairs per resumable chunk
+# Settings that change only the summaries, which are computed from the rows on every run: they are kept out
+# of a protocol's stage record (patch.json "stages"), so that changing them reuses the rows.
+SUMMARY_ONLY = ("n_boot", "min_gap")
 
 
 @dataclass
@@ -83,6 +90,24 @@ def _open(out, lm, overwrite: bool):
                     overwrite=overwrite, outputs=OUTPUTS, what="a patching run of another model")
 
 
+def _rows_record(run, protocol: str, settings, output: Path, **extra) -> dict:
+    """The settings that change this protocol's rows (its stage record; SUMMARY_ONLY left out and recorded
+    under "summaries"). Says on stderr when the finished rows in OUT were made with other settings: they are
+    about to be replaced (the other protocol's stay)."""
+    record = {k: v for k, v in settings_record(settings).items() if k not in SUMMARY_ONLY}
+    record = json.loads(json.dumps({**record, **extra}, default=str))
+    run.state.setdefault("summaries", {})[protocol] = {k: v for k, v in settings_record(settings).items()
+                                                       if k in SUMMARY_ONLY}
+    old = run.state["stages"].get(protocol)
+    if old is not None:  # a record written before SUMMARY_ONLY was left out compares without it
+        old = run.state["stages"][protocol] = {k: v for k, v in old.items() if k not in SUMMARY_ONLY}
+    if old is not None and old != record and output.exists():
+        changed = [k for k in record if old.get(k) != record[k]]
+        print(f"{run.path}: replacing the {protocol} results made with other settings ({', '.join(changed)}); the "
+              f"other protocol's results stay", file=sys.stderr)
+    return record
+
+
 # ------------------------------------------------------------------------------------------ translation
 
 def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, settings: TranslationSettings | None = None,
@@ -109,7 +134,8 @@ def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, setti
     plans = [translation.plan_pairs(lm, prompts, config, settings.n_pairs, settings.seed)
              for config in translation.configs(settings)]
     run = _open(out, lm, overwrite)
-    record = {**settings_record(settings), "concepts": translation.concepts_digest(words), "layers_run": layers}
+    record = _rows_record(run, "translation", settings, out / "translation.csv",
+                          concepts=translation.concepts_digest(words), layers_run=layers)
     units = pd.concat([plan.pairs[["pair_idx"]].assign(plan=k, unit=[f"{k}:{i}" for i in plan.pairs["pair_idx"]])
                        for k, plan in enumerate(plans)], ignore_index=True)
 
@@ -173,7 +199,7 @@ def patch_pairs(model, items="xcomps-sample", sources=None, *, out: str | Path, 
     lm = as_model(model, load_options)
     layers = patch_layers(settings.layers, lm.n_layers)
     run = _open(out, lm, overwrite)
-    record = {**settings_record(settings), "items_hash": items_hash(items), "layers_run": layers}
+    record = _rows_record(run, "pairs", settings, out / "pairs.csv", items_hash=items_hash(items), layers_run=layers)
     targets = items[items["pair_id"].isin(pairs["pair_id"]) & items["label"].isin([0, 1])]
 
     def chunk_rows(chunk: pd.DataFrame) -> pd.DataFrame:
