@@ -8,7 +8,7 @@ Figures:
     columns, each feature's mean activation divided by its largest over the languages (a feature
     specific to one language is one bright cell on its row);
   - sae_fit: FVU and L0 per language, over every token but BOS and over the last-token states, with the
-    published L0 of the SAE when known;
+    published L0 of the SAE when known (a log scale where the two kinds of states lie far apart);
   - sae_vs_dense: sparse-probe F1 by the number of features k (mean over language × subset groups, each
     language's mean as a thin line) against the dense probe's F1 on the same folds;
   - sae_ablation: per language, the mean change of the direct margin when its own features are removed
@@ -149,10 +149,16 @@ def plot_fit(fit: pd.DataFrame):
         axes[1].axhline(float(published.iloc[0]), color="black", linestyle=CHANCE_STYLE, linewidth=0.8,
                         label="published L0")
     axes[0].axhline(1.0, color="grey", linestyle=CHANCE_STYLE, linewidth=0.8)
-    for ax, label in zip(axes, ("FVU (around the language's mean)", "L0 (features firing per state)")):
+    for ax, column, label in zip(axes, ("fvu", "l0"), ("FVU (around the language's mean)",
+                                                      "L0 (features firing per state)")):
         ax.set_xticks(x, languages, rotation=90)
         ax.set_ylabel(label)
-    axes[1].legend(frameon=False, fontsize=6)
+        values = fit[column].to_numpy(float)
+        values = values[np.isfinite(values) & (values > 0)]
+        if len(values) and values.max() > 10 * values.min():  # token and last-token fits far apart: both visible
+            ax.set_yscale("log")
+    # below the panels: the bars fill both of them
+    fig.legend(*axes[1].get_legend_handles_labels(), loc="outside lower center", ncol=3, frameon=False, fontsize=6)
     fig.suptitle(f"SAE fit per language, layer {int(fit['layer'].iloc[0])}")
     return fig
 
