@@ -477,18 +477,26 @@ def write_items(items: pd.DataFrame, path: str | Path) -> None:
 
 # ------------------------------------------------------------------------------------------------ pairs
 
-def to_pairs(items: pd.DataFrame) -> pd.DataFrame:
+def to_pairs(items: pd.DataFrame, distractor: pd.Series | None = None) -> pd.DataFrame:
     """One row per minimal pair: keys plus `item_id_good/bad`, `text_good/bad` (and prefix/continuation
-    and concept fields when present). Every pair must have exactly one label-1 and one label-0 item."""
+    and concept fields when present). Every pair must have exactly one label-1 and one label-0 item, or,
+    given `distractor` (pair_id -> item_id of one of its label-0 items, as `strongest_distractor` gives),
+    one label-1 item and one or more label-0 items: a multiple-choice question (Belebele, XNLI), whose
+    unacceptable side is then the named distractor."""
     counts = items.groupby("pair_id")["label"].agg(good=lambda s: (s == 1).sum(), bad=lambda s: (s == 0).sum())
-    broken = counts[(counts["good"] != 1) | (counts["bad"] != 1)]
+    broken = counts[(counts["good"] != 1) | ((counts["bad"] != 1) if distractor is None else (counts["bad"] < 1))]
     if len(broken):
         pid = broken.index[0]
+        several = broken.loc[pid, "good"] == 1 and broken.loc[pid, "bad"] > 1
+        hint = ("; a multiple-choice question is read by direct scoring and probes (compare, intervene), not here"
+                if several else "")
         raise BabelprobeError(f"pair {pid!r} needs exactly one item with label 1 and one with label 0 "
-                              f"(has {broken.loc[pid, 'good']} and {broken.loc[pid, 'bad']})")
+                              f"(has {broken.loc[pid, 'good']} and {broken.loc[pid, 'bad']}){hint}")
     good = items[items["label"] == 1].set_index("pair_id")
     bad = items[items["label"] == 0].set_index("pair_id")
     order = items.drop_duplicates("pair_id")["pair_id"]
+    if distractor is not None:
+        bad = items.set_index("item_id").loc[distractor.loc[order].to_numpy()].reset_index().set_index("pair_id")
     extra = [c for c in items.columns if c not in (*REQUIRED, "prefix", "continuation")]
     pairs = pd.DataFrame({"pair_id": order.values})
     for col in ("language", "subset", *extra):
@@ -497,7 +505,21 @@ def to_pairs(items: pd.DataFrame) -> pd.DataFrame:
         if col in items.columns:
             pairs[f"{col}_good"] = good.loc[order, col].values
             pairs[f"{col}_bad"] = bad.loc[order, col].values
+    if (counts["bad"] > 1).any():  # only multiple-choice questions: minimal pairs' tables stay as they were
+        pairs["n_options"] = (counts["good"] + counts["bad"]).loc[order].to_numpy()
     return pairs
+
+
+def strongest_distractor(items: pd.DataFrame, scores: pd.Series | None = None) -> pd.Series:
+    """pair_id -> item_id of the label-0 item with the highest score (`scores`, by item_id; the first one
+    on a tie; without scores, the first label-0 item). Pairing each question's gold item with its
+    strongest distractor makes `score_good > score_bad` mean that the gold item has the strict maximum,
+    as the bridges' `correct` (and a minimal pair's only distractor is its own)."""
+    bad = items.loc[items["label"] == 0, ["pair_id", "item_id"]].reset_index(drop=True)
+    if scores is None:
+        return bad.drop_duplicates("pair_id").set_index("pair_id")["item_id"]
+    values = bad["item_id"].map(scores).astype(float)
+    return bad.loc[values.groupby(bad["pair_id"], sort=False).idxmax()].set_index("pair_id")["item_id"]
 
 
 # ------------------------------------------------------------------------------- bundled: xcomps-sample

@@ -140,6 +140,42 @@ def test_multiblimp_items_through_intervene_on_compare_probes(tmp_path):
     assert result.checks["direct_baseline_vs_compare_max_abs_diff"] < 1e-4
 
 
+def test_multiple_choice_questions_through_compare_and_intervene(tmp_path):
+    """Belebele's four options per question through compare and intervene: one row per question whose
+    unacceptable side is its strongest distractor, so `correct` means the gold option has the strict
+    maximum. Reference: every option's own score (score_texts) and its out-of-fold probe score, the
+    question decided by hand."""
+    lm = tiny_lm("llama", max_positions=2048)
+    items = bridges.convert("belebele", "belebele-sample")
+    result = bp.compare(lm, items, tmp_path / "cmp", folds=2, progress=False)
+    direct = pd.read_csv(tmp_path / "cmp" / "direct.csv").set_index("pair_id")
+    assert len(direct) == items["pair_id"].nunique() and set(direct["n_options"]) == {4}
+    own = pd.Series(bp.score_texts(lm, items["text"].tolist())["score"].to_numpy(), index=items["item_id"])
+    for pair_id, options in items.groupby("pair_id"):
+        scores = own.loc[options["item_id"]].to_numpy()
+        gold = int(np.flatnonzero(options["label"].to_numpy() == 1)[0])
+        others = np.delete(scores, gold)
+        row = direct.loc[pair_id]
+        assert row["score_good"] == pytest.approx(scores[gold], abs=1e-4)
+        assert row["score_bad"] == pytest.approx(others.max(), abs=1e-4)
+        assert row["text_bad"] == options["text"].iloc[int(np.argmax(np.where(np.arange(4) == gold, -np.inf,
+                                                                               scores)))]
+        assert bool(row["correct"]) == bool(scores[gold] > others.max())
+    joined, oof = result.items.set_index("pair_id"), pd.read_parquet(tmp_path / "cmp" / "neuro.oof.parquet")
+    assert len(joined) == len(direct)
+    for pair_id, row in joined.iterrows():
+        at = oof[(oof["pair_id"] == pair_id) & (oof["layer"] == row["neuro_layer"])]
+        assert row["neuro_score_bad"] == pytest.approx(at.loc[at["label"] == 0, "score"].max())
+        assert bool(row["neuro_correct"]) == bool(at.loc[at["label"] == 1, "score"].iloc[0]
+                                                  > at.loc[at["label"] == 0, "score"].max())
+    run = bp.intervene(lm, items, probes=tmp_path / "cmp", out=tmp_path / "int", readouts=("direct", "probe"),
+                       n_boot=20, figures=False, progress=False)
+    assert len(run.rows) and set(run.rows["pair_id"]) <= set(direct.index)
+    assert run.checks["direct_baseline_vs_compare_max_abs_diff"] < 1e-4
+    with pytest.raises(bp.BabelprobeError, match="multiple-choice question is read by direct scoring and probes"):
+        bp.to_pairs(items)
+
+
 def test_belebele_items_through_extract_probe_lens_and_align(tmp_path):
     """Belebele's options (four per question, one question in five variants) through the stages that take
     items one by one: probes on gold vs other options, the lens on each option's letter, and alignment of

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.items import language_table, load_items, to_pairs, write_items
+from babelprobe.items import language_table, load_items, strongest_distractor, to_pairs, write_items
 
 
 def records(n_pairs=3, language="de"):
@@ -122,6 +122,20 @@ def test_to_pairs_needs_one_good_and_one_bad():
     rows[1]["label"] = 1
     with pytest.raises(BabelprobeError, match="pair 'p0' needs exactly one item with label 1"):
         to_pairs(load_items(pd.DataFrame(rows)))
+
+
+def test_a_question_with_several_distractors_pairs_its_gold_with_the_strongest():
+    rows = [{"item_id": f"q{i}", "pair_id": "q", "language": "en", "subset": "mc", "label": int(i == 1),
+             "text": f"option {i}"} for i in range(4)]
+    items = load_items(pd.DataFrame(rows))
+    with pytest.raises(BabelprobeError, match="has 1 and 3.*multiple-choice question"):
+        to_pairs(items)
+    scores = pd.Series({"q0": -2.0, "q1": -1.0, "q2": -0.5, "q3": -0.5})  # a tie: the first one counts
+    pair = to_pairs(items, strongest_distractor(items, scores)).iloc[0]
+    assert (pair["item_id_good"], pair["item_id_bad"], pair["n_options"]) == ("q1", "q2", 4)
+    assert strongest_distractor(items)["q"] == "q0"  # without scores: the first distractor
+    minimal = load_items(pd.DataFrame(records()))
+    assert to_pairs(minimal, strongest_distractor(minimal)).equals(to_pairs(minimal))  # a pair's only one
 
 
 def test_selection_and_limit():

@@ -3,8 +3,11 @@
 `score_direct(model, items)` returns one row per pair (docs/design.md "Results"): `score_good` and
 `score_bad` are, by default, the sum of the log-probabilities of every token of the text, each
 conditioned on BOS and the tokens before it; a pair is `correct` when the acceptable sentence scores
-strictly higher. With `conditional=True` only the continuation (COMPS property phrase) is scored,
-given its prefix. Reductions other than the sum are derived from the same token log-probs.
+strictly higher. A multiple-choice question (one label-1 item, several label-0 ones: Belebele, XNLI) is
+one row whose unacceptable side is its highest-scoring distractor, so `correct` means the gold item has
+the strict maximum (`n_options` says how many items it has). With `conditional=True` only the
+continuation (COMPS property phrase) is scored, given its prefix. Reductions other than the sum are
+derived from the same token log-probs.
 
 One line from a notebook:  `score_direct("default", "xcomps-sample", limit=5)`.
 """
@@ -15,7 +18,7 @@ import pandas as pd
 
 from babelprobe.benchmarks.core.logprobs import REDUCTIONS, reduce, token_logprobs
 from babelprobe.errors import BabelprobeError
-from babelprobe.items import load_items, to_pairs
+from babelprobe.items import load_items, strongest_distractor, to_pairs
 from babelprobe.models import LoadedModel, load_model
 
 
@@ -37,19 +40,22 @@ def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction:
     if reduction not in REDUCTIONS:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
     items = load_items(items, languages=languages, limit=limit)
-    lm = load_model(model) if isinstance(model, str) else model
-    pairs = to_pairs(items)
+    to_pairs(items, strongest_distractor(items))  # the pairs (or questions) are well formed: before the model
     texts, starts = items["text"].tolist(), _score_from(items) if conditional else None
+    lm = load_model(model) if isinstance(model, str) else model
     scored = dict(zip(items["item_id"], token_logprobs(
         lm, texts, score_from=starts, names=items["item_id"].tolist(), batch_tokens=batch_tokens,
         padding_side=padding_side, truncate=truncate, progress=progress)))
     spans = dict(zip(items["item_id"], [t[s:] for t, s in zip(texts, starts or [0] * len(texts))]))
+    # a multiple-choice question is scored against its highest-scoring distractor (strict maximum)
+    scores = pd.Series({i: reduce(scored[i], spans[i], reduction) for i in items["item_id"]})
+    pairs = to_pairs(items, strongest_distractor(items, scores))
 
     out = pairs.drop(columns=[c for c in pairs.columns if c.startswith(("item_id_", "prefix_", "continuation_"))])
     out.insert(3, "method", "direct")
     for side in ("good", "bad"):
         ids = pairs[f"item_id_{side}"]
-        out[f"score_{side}"] = [reduce(scored[i], spans[i], reduction) for i in ids]
+        out[f"score_{side}"] = scores.loc[ids].to_numpy()
         out[f"n_tokens_{side}"] = [scored[i].n_tokens for i in ids]
         if conditional:
             out[f"spans_join_{side}"] = [scored[i].spans_join for i in ids]

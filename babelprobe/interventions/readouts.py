@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from babelprobe.items import to_pairs
+from babelprobe.items import strongest_distractor, to_pairs
 from babelprobe.models import LoadedModel, length_batches, pad_batch
 
 READOUTS = ("direct", "meta", "probe")
@@ -52,7 +52,9 @@ class Unit:
 
     def __post_init__(self):
         self.items = self.items.reset_index(drop=True)
-        self.pairs = to_pairs(self.items)
+        # a multiple-choice question's row: the direct and probe readouts compare its gold item with its
+        # strongest distractor under each condition (items.strongest_distractor)
+        self.pairs = to_pairs(self.items, strongest_distractor(self.items))
         self.labels = self.items["label"].to_numpy(int)
 
     def read(self, edit=None, layers=(), last_only: bool = False) -> Readouts:
@@ -90,8 +92,9 @@ class Unit:
         from sklearn.metrics import balanced_accuracy_score
 
         scores = pd.Series(probe.score(X), index=self.items["item_id"].to_numpy())
+        strongest = strongest_distractor(self.items, scores)
         return {"good": scores.loc[self.pairs["item_id_good"]].to_numpy(),
-                "bad": scores.loc[self.pairs["item_id_bad"]].to_numpy(),
+                "bad": scores.loc[strongest.loc[self.pairs["pair_id"]]].to_numpy(),
                 "bacc": balanced_accuracy_score(self.labels, scores.to_numpy() > 0), "refit": np.nan}
 
     def frame(self, base: Readouts, after: Readouts, probe_before: dict | None = None,

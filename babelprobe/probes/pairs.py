@@ -38,7 +38,9 @@ def pair_scores(oof: pd.DataFrame, layer: int | list[int] | None = None,
     -------
     DataFrame: method, pair_id, language, subset, layer, item_good, item_bad, score_good, score_bad,
     correct (score_good > score_bad; a tie is not correct), fold_good, fold_bad [, text_good, text_bad].
-    Pairs that lack one of their two sentences (e.g. a label -1 item) are left out.
+    Pairs that lack one of their two sentences (e.g. a label -1 item) are left out. A multiple-choice
+    question (several label-0 items) is one row whose unacceptable side is its highest-scoring distractor,
+    so `correct` means the gold item's score is the strict maximum.
     """
     if layer is not None:
         wanted = [layer] if isinstance(layer, int) else list(layer)
@@ -50,12 +52,13 @@ def pair_scores(oof: pd.DataFrame, layer: int | list[int] | None = None,
     keys = ["pair_id", "language", "subset", "layer"]
     columns = ["item_id", "score", "fold"]
     good = oof[oof["label"] == 1][keys + columns]
-    bad = oof[oof["label"] == 0][keys + columns]
-    for side, part in (("acceptable", good), ("unacceptable", bad)):
-        dup = part.duplicated(keys)
-        if dup.any():
-            raise BabelprobeError(f"pair {part['pair_id'][dup].iloc[0]!r} has more than one {side} sentence; "
-                                  "pair_scores needs minimal pairs (one of each)")
+    dup = good.duplicated(keys)
+    if dup.any():
+        raise BabelprobeError(f"pair {good['pair_id'][dup].iloc[0]!r} has more than one acceptable sentence; "
+                              "pair_scores needs one per pair")
+    # a multiple-choice question's unacceptable side is its highest-scoring distractor (the first on a tie)
+    bad = oof[oof["label"] == 0][keys + columns].reset_index(drop=True)
+    bad = bad.loc[bad.groupby(keys, sort=False)["score"].idxmax()]
     pairs = good.merge(bad, on=keys, suffixes=("_good", "_bad"))
     pairs = pairs.rename(columns={"item_id_good": "item_good", "item_id_bad": "item_bad"})
     pairs["correct"] = pairs["score_good"] > pairs["score_bad"]
