@@ -121,3 +121,23 @@ def pf_code(name: str) -> str:
     from babelprobe.languages import language_code
 
     return language_code(name)
+
+
+def test_no_usable_translation_says_why(found, tmp_path, tiny_long_dir, monkeypatch, capsys):
+    """A translator that never replies in the release's JSON leaves A and D on their diagonals: the run
+    finishes, counts the unusable translations and says what to change."""
+
+    class Unusable:
+        name = "unusable"
+
+        def generate(self, prompts, **kw):
+            return ["no JSON here"] * len(prompts)
+
+    monkeypatch.setattr(Models, "generator", lambda self, spec: Unusable())
+    out = tmp_path / "aff"
+    assert main(["bench", "pitfalls-affinity", "--model", str(tiny_long_dir), "--items", str(found), "--limit", "2",
+                 "--out", str(out), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "6 pairs (0 expanded, 12 translations unusable: pairs-dropped.csv)" in captured.out  # 3 seed langs × 2 × 2
+    assert "no pair could be expanded" in captured.err and "--translator" in captured.err
+    assert len(pd.read_csv(out / "pairs-dropped.csv")) == 12

@@ -186,9 +186,18 @@ def run_affinity(args) -> int:
     settings = settings_from(args, AffinitySettings, AFFINITY_PROTOCOLS)
     result = run_it(models_from(args), args.items, args.out, settings, languages=args.languages, limit=args.limit,
                     overwrite=args.overwrite, progress=not args.no_progress)
+    import sys
+
+    from babelprobe.tables import read_table
+
     kept = result.pairs["seed_language"].ne(result.pairs["language"]).sum() if len(result.pairs) else 0
+    dropped = len(read_table(result.out / "pairs-dropped.csv"))
     print(f"Cross-Lingual Pitfalls affinity ({args.items}), protocol {settings.protocol}, answer {settings.answer}: "
-          f"{len(result.pairs)} pairs ({kept} expanded), {len(result.rows)} answers")
+          f"{len(result.pairs)} pairs ({kept} expanded, {dropped} translations unusable: pairs-dropped.csv), "
+          f"{len(result.rows)} answers")
+    if dropped and not kept:  # A and D are their diagonals only: say why rather than leave a blank heat map
+        print("no pair could be expanded: the translator must reply in the JSON the release's template asks for; "
+              "give an instruction-tuned one with --translator SPEC", file=sys.stderr)
     print("A[x, y] (rows: evaluated language x, columns: seed language y):")
     print(result.accuracy.round(3).to_string())
     print("D[x, y] (lower: stronger affinity):")
