@@ -32,7 +32,7 @@ import pandas as pd
 from babelprobe.benchmarks.scoring import REDUCTIONS, RULES, DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec
-from babelprobe.probes.settings import DESCRIPTIONS, FOLD_SCHEMES, POOLS
+from babelprobe.probes.settings import FOLD_SCHEMES, POOLS, describe
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.runs import LAYOUTS
 from babelprobe.settings import at_least, given, one_of, option, settings_record
@@ -81,7 +81,7 @@ class CompareSettings:
 
     @property
     def description(self) -> str:
-        return DESCRIPTIONS[self.protocol]
+        return describe(self)
 
     def stage(self, name: str) -> dict:
         """The settings of one stage (direct, meta, neuro), as compare.json records them."""
@@ -129,7 +129,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     from babelprobe.analysis import methods
     from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
     from babelprobe.benchmarks.scoring import score_pairs
-    from babelprobe.items import items_hash, load_items
+    from babelprobe.items import items_hash, load_items, strongest_distractor, to_pairs
     from babelprobe.models import load_model
     from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.runs import open_run
@@ -144,7 +144,9 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     asks_meta = set(CONCEPT_FIELDS) <= set(items.columns)
     if not asks_meta:
         print("compare: meta skipped: the items have no property and concept fields to ask about (grammatical "
-              "minimal pairs such as MultiBLiMP's); direct and neuro run", file=sys.stderr)
+              "minimal pairs such as MultiBLiMP's, questions such as Belebele's); direct and neuro run",
+              file=sys.stderr)
+    to_pairs(items, strongest_distractor(items))  # one gold item and its distractors per pair: before the model
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
     lm = load_model(model) if isinstance(model, str) else model

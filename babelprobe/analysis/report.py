@@ -30,7 +30,7 @@ from babelprobe.analysis.results import Results, attach_other, load_results  # n
 from babelprobe.analysis.style import save
 from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
-from babelprobe.probes.settings import DESCRIPTIONS
+from babelprobe.probes.settings import protocol_text
 from babelprobe.runs import detect
 from babelprobe.tables import atomic_path, write_table
 
@@ -245,7 +245,7 @@ def write_report(results: str | Path | Results, out: str | Path, *, transfer: st
     if other is not None:
         attach_other(results, other)
     if protocol is not None and results.protocol != protocol:
-        made = DESCRIPTIONS.get(results.protocol, results.protocol)
+        made = protocol_text(results.protocol, _folds(results), otherwise=results.protocol)
         raise BabelprobeError(f"{results.path} was made with protocol {results.protocol!r} ({made}), not "
                               f"{protocol!r}; rerun `babelprobe compare ... --protocol {protocol}` or drop --protocol")
     out = Path(out)
@@ -325,7 +325,7 @@ def _xcomps_markdown(results: Results, tables: dict, report: Report) -> list[str
         rows.append({"paper": "Table 5 style", "babelprobe": "xcomps_table5.csv (long: xcomps_typology_means.csv)"})
     parts = ["## XCOMPS as published (He, Nie et al. 2025)",
              f"Protocol of these results: **{results.protocol}** — "
-             f"{DESCRIPTIONS.get(results.protocol, 'not one of the presets')}. Meta and direct: pair "
+             f"{protocol_text(results.protocol, _folds(results))}. Meta and direct: pair "
              "accuracy; neuro: the probe's fold-averaged F1 at its best layer (max over layers).",
              _md(pd.DataFrame(rows)),
              "**Table 4 style**: each method per language × negative type (English, not in XCOMPS Table 3, first).",
@@ -353,13 +353,19 @@ def _formatted(table: pd.DataFrame) -> pd.DataFrame:
                        if pd.api.types.is_float_dtype(column) else column.astype(str))
 
 
+def _folds(results: Results) -> int | None:
+    """The folds the results' probes used, as recorded (compare.json, else the probe's settings)."""
+    recorded = results.info.get("compare", {}).get("settings") or results.info.get("probe") or {}
+    return recorded.get("folds")
+
+
 def _provenance(results: Results) -> str:
     lines = []
     compare = results.info.get("compare", {})
     if compare:
         lines.append(f"- model: `{compare.get('model')}` (fingerprint `{str(compare.get('fingerprint'))[:16]}`), "
                      f"items hash `{str(compare.get('items_hash'))[:16]}`")
-    lines.append(f"- protocol: {results.protocol} ({DESCRIPTIONS.get(results.protocol, 'not a preset')})")
+    lines.append(f"- protocol: {results.protocol} ({protocol_text(results.protocol, _folds(results), 'not a preset')})")
     if results.other is not None:
         lines.append(f"- second model (Figs. 9, 13): `{_model_name(results.other)}` from {results.other.path}")
     probe = results.info.get("probe", {})

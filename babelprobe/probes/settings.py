@@ -25,8 +25,8 @@ PROTOCOLS = {
     "paper": {"fold_scheme": "plain", "folds": 5},  # XCOMPS §4.2, Fig. 2 caption
 }
 DESCRIPTIONS = {
-    "default": "babelprobe default: 5-fold cross-validation stratified and grouped by pair, F1 averaged over "
-               "folds, neuro at each language × subset's peak layer",
+    "default": "babelprobe default: {folds}-fold cross-validation stratified and grouped by pair, F1 averaged "
+               "over folds, neuro at each language × subset's peak layer",
     "paper": "XCOMPS paper (§4.2, Fig. 2): 5-fold cross-validation, stratified by label (ours: §4.2 does not say; "
              "the two sentences of a pair may fall in different folds), F1 averaged over the folds, neuro = the "
              "maximum over layers",
@@ -88,7 +88,17 @@ class ProbeSettings:
 
     @property
     def description(self) -> str:
-        return DESCRIPTIONS[self.protocol]
+        return describe(self)
+
+
+def describe(settings) -> str:
+    """The protocol's description with the folds actually used (the default protocol lets --folds vary)."""
+    return protocol_text(settings.protocol, settings.folds)
+
+
+def protocol_text(protocol: str, folds: int | None = None, otherwise: str = "not one of the presets") -> str:
+    """`DESCRIPTIONS[protocol]` with `folds` (5 when unknown) filled in; `otherwise` for an unknown protocol."""
+    return DESCRIPTIONS[protocol].format(folds=folds or 5) if protocol in DESCRIPTIONS else otherwise
 
 
 def parse_C(C) -> tuple[float, ...]:
