@@ -12,6 +12,7 @@ paths.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -625,16 +626,19 @@ def plot_eclektic_sizes(summaries: dict[str, pd.DataFrame], path: str | Path, ti
             row = pooled[pooled["metric"] == metric]
             lines[metric].append(row.iloc[0][["value", "ci_low", "ci_high"]].to_numpy(float) if len(row)
                                  else np.full(3, np.nan))
-    fig, ax = figure("one", height=2.8)
+    fig, ax = figure("two", height=2.8)  # room for long run names
     x = np.arange(len(labels))
     for k, (metric, label) in enumerate((("overall_success", "overall success"), ("transfer_score", "transfer score"))):
         values = np.array(lines[metric]).reshape(-1, 3)
         errors = np.clip(np.vstack([values[:, 0] - values[:, 1], values[:, 2] - values[:, 0]]), 0, None)
         ax.errorbar(x, values[:, 0], yerr=errors, marker="os"[k], color=PALETTE[k], label=label, capsize=2, lw=1)
-    ax.set_xticks(x, labels, rotation=30, ha="right", rotation_mode="anchor")
+    # long run names (a hub id, the default model's) wrapped, so they do not squeeze the axes away
+    ax.set_xticks(x, [textwrap.fill(label, 24) for label in labels], rotation=30 if len(labels) > 3 else 0,
+                  ha="right" if len(labels) > 3 else "center", rotation_mode="anchor", fontsize=7)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
     ax.set_ylim(0, 1)
     ax.set_ylabel("score (all pairs pooled)")
-    ax.legend(frameon=False)
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title or "ECLeKTiC: overall success and transfer by run (Fig. 4)")
     return save(fig, path)
 
