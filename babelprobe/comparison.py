@@ -149,7 +149,12 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     to_pairs(items, strongest_distractor(items))  # one gold item and its distractors per pair: before the model
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
-    lm = load_model(model) if isinstance(model, str) else model
+    if isinstance(model, str):  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
+        from babelprobe.analysis.xcomps import protocol_dtype
+
+        lm = load_model(model, dtype=protocol_dtype(settings.protocol, None, None))
+    else:
+        lm = model
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
                    record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings)},
                    manifest=MANIFEST, overwrite=overwrite, outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()),

@@ -209,3 +209,23 @@ def test_xcomps_paper_protocol_runs_float16_on_cuda(monkeypatch):
         protocol_dtype("paper", "bfloat16", "cuda")
     monkeypatch.setattr("babelprobe.models.auto_device", lambda: torch.device("cuda"))
     assert protocol_dtype("paper", None, None) == "float16"  # no --device: the device babelprobe picks
+
+
+def test_compare_from_python_loads_the_paper_dtype_too(monkeypatch, tmp_path):
+    """`bp.compare(model_spec, ..., protocol="paper")` loads float16 on CUDA, as `compare --protocol paper` does."""
+    import torch
+
+    from babelprobe.comparison import compare
+
+    loaded = []
+
+    def load_model(spec, dtype=None, **kw):
+        loaded.append(dtype)
+        raise KeyboardInterrupt  # stop before any model work
+
+    monkeypatch.setattr("babelprobe.models.auto_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr("babelprobe.models.load_model", load_model)
+    for protocol in ("paper", "default"):
+        with pytest.raises(KeyboardInterrupt):
+            compare("org/model", "xcomps-sample", tmp_path / protocol, protocol=protocol)
+    assert loaded == ["float16", None]
