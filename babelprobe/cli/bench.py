@@ -153,8 +153,9 @@ def run_search(args) -> int:
                              limit=args.limit, overwrite=args.overwrite, progress=not args.no_progress)
     for name, (seeds, total, records) in found.items():
         values = [r["value"] for r in records]
-        print(f"{name}: {seeds} of {total} seed questions answered right in English by the simulation "
-              f"models; {len(records)} candidates" + (f" (mean V {np.mean(values):.3f})" if values else ""))
+        print(f"{name}: {seeds} of {total} seed questions kept (answered right in English by the simulation models "
+              f"and translated; why the others were left: seeds-dropped-{name}.csv); {len(records)} candidates"
+              + (f" (mean V {np.mean(values):.3f})" if values else ""))
     print(f"wrote candidates to {args.out}/<Language>.json (evaluate them with `bench pitfalls --items {args.out}`) "
           "and the search traces")
     return 0
