@@ -483,7 +483,8 @@ def to_pairs(items: pd.DataFrame, distractor: pd.Series | None = None) -> pd.Dat
     given `distractor` (pair_id -> item_id of one of its label-0 items, as `strongest_distractor` gives),
     one label-1 item and one or more label-0 items: a multiple-choice question (Belebele, XNLI), whose
     unacceptable side is then the named distractor."""
-    counts = items.groupby("pair_id")["label"].agg(good=lambda s: (s == 1).sum(), bad=lambda s: (s == 0).sum())
+    label = items["label"]
+    counts = pd.DataFrame({"good": label == 1, "bad": label == 0}).groupby(items["pair_id"]).sum()
     broken = counts[(counts["good"] != 1) | ((counts["bad"] != 1) if distractor is None else (counts["bad"] < 1))]
     if len(broken):
         pid = broken.index[0]
@@ -492,19 +493,21 @@ def to_pairs(items: pd.DataFrame, distractor: pd.Series | None = None) -> pd.Dat
                 if several else "")
         raise BabelprobeError(f"pair {pid!r} needs exactly one item with label 1 and one with label 0 "
                               f"(has {broken.loc[pid, 'good']} and {broken.loc[pid, 'bad']}){hint}")
-    good = items[items["label"] == 1].set_index("pair_id")
-    bad = items[items["label"] == 0].set_index("pair_id")
     order = items.drop_duplicates("pair_id")["pair_id"]
-    if distractor is not None:
-        bad = items.set_index("item_id").loc[distractor.loc[order].to_numpy()].reset_index().set_index("pair_id")
+    # each side's rows in pair order, looked up once for all columns (a lookup per column is slow at scale)
+    good = items[items["label"] == 1].set_index("pair_id").loc[order]
+    if distractor is None:
+        bad = items[items["label"] == 0].set_index("pair_id").loc[order]
+    else:
+        bad = items.set_index("item_id").loc[distractor.loc[order].to_numpy()].reset_index()
     extra = [c for c in items.columns if c not in (*REQUIRED, "prefix", "continuation")]
-    pairs = pd.DataFrame({"pair_id": order.values})
-    for col in ("language", "subset", *extra):
-        pairs[col] = good.loc[order, col].values
+    columns = {"pair_id": order.to_numpy()}
+    columns.update({col: good[col].array for col in ("language", "subset", *extra)})
     for col in ("item_id", "text", "prefix", "continuation"):
         if col in items.columns:
-            pairs[f"{col}_good"] = good.loc[order, col].values
-            pairs[f"{col}_bad"] = bad.loc[order, col].values
+            columns[f"{col}_good"] = good[col].array
+            columns[f"{col}_bad"] = bad[col].array
+    pairs = pd.DataFrame(columns)
     if (counts["bad"] > 1).any():  # only multiple-choice questions: minimal pairs' tables stay as they were
         pairs["n_options"] = (counts["good"] + counts["bad"]).loc[order].to_numpy()
     return pairs

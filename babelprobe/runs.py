@@ -42,7 +42,13 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.items import items_hash
 from babelprobe.tables import atomic_path, check_out_dir, write_table
 
-CHUNK_PAIRS = 200  # units per chunk: what a Ctrl-C can cost, and large enough to fill a batch
+# Units per chunk: what a Ctrl-C can cost. Each chunk is scored on its own (tokenised, sorted by length,
+# batched, tabulated, written), so small chunks mean part-filled batches and per-chunk bookkeeping: 9,180
+# XCOMPS-sized pairs on a tiny model (perf/workflow.py's items, one CPU thread) took 11.2 s for direct
+# and 33.2 s for meta in chunks of 200 pairs, 6.7 s and 26.3 s in chunks of 1,000, 3.6 s and 22.0 s in
+# chunks of 5,000; on an H200 at Llama-8B shapes the phases ran at a quarter of their model work's time
+# in chunks of 200. 2,000 pairs of the default model take about a minute of direct scoring on a CPU.
+CHUNK_PAIRS = 2000
 MANIFEST = "run.json"
 
 

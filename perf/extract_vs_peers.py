@@ -103,7 +103,7 @@ SYNTHETIC = {
 
 def bp_batches(lm, items, batch_tokens):
     """The batches `extract` makes: per shard (default size), sorted by length under the token budget."""
-    from babelprobe.extract.run import shard_batches
+    from babelprobe.extract.run import min_fill, shard_batches
     from babelprobe.extract.store import default_shard_size
 
     encodings = lm.encode(items["text"].tolist())
@@ -111,7 +111,8 @@ def bp_batches(lm, items, batch_tokens):
     batches = []
     for start in range(0, len(encodings), size):
         shard = encodings[start:start + size]
-        batches += [[shard[i] for i in b] for b in shard_batches([len(e.ids) for e in shard], batch_tokens)]
+        lengths = [len(e.ids) for e in shard]
+        batches += [[shard[i] for i in b] for b in shard_batches(lengths, batch_tokens, min_fill(lm.device))]
     return batches
 
 

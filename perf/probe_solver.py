@@ -55,11 +55,12 @@ one layer, the sweep's six problems (5 grouped folds + all items) fitted by the 
 all-items problem is 25% larger than a fold); CPU seconds, one thread, everything in this process; the
 held-out F1 of the sampled folds against scikit-learn at tol 1e-6. See `sampled_table`.
 
-`--gpu`: one group of 20k items × 33 layers × 4096 dims (the scale of Llama-8B on full XCOMPS), 5 folds,
-on CUDA; the CPU torch solver and the scikit-learn loop (`--threads` processes) are timed on
-`--cpu-layers` of them and scaled to all layers (they are far too slow to run whole). Both use the same
-code; the sizes are options, so it can be checked small on a CPU machine:
-`--gpu --device cpu --items 2000 --layers 3 --dim 256`.
+`--gpu`: one group of 20k items × 33 layers × 4096 dims (the scale of Llama-8B on full XCOMPS), 5 grouped
+folds, on CUDA, with power-law activations (`--gpu-spectrum powerlaw`, the default; `isotropic` flatters
+first-order solvers); the CPU torch solver is timed on `--cpu-layers` layers and the scikit-learn loop
+(tol 1e-4) on `--sklearn-problems` of the 5 folds of them, both scaled to all (they are far too slow to
+run whole). The same code runs on both devices; the sizes are options, so it can be checked small on a CPU
+machine: `--gpu --device cpu --items 2000 --layers 3 --dim 256`.
 
 Timings on a shared machine are noisy: compare ratios, re-run on a quiet one.
 """
@@ -519,48 +520,85 @@ def print_table(table: list[dict]) -> None:
               f"{row['df1_torch']:.4f} / {row['df1_sklearn']:.4f} |")
 
 
+def gpu_activations(n: int, L: int, d: int, spectrum: str, device: torch.device, seed: int,
+                    signal: float) -> tuple[np.ndarray, np.ndarray]:
+    """The large case's activations [n, L, d] (float32, on the host) and labels (pairs adjacent).
+
+    isotropic: standard normal plus a signal along one random direction growing with depth (the case
+    timed first; it flatters first-order solvers). powerlaw: `powerlaw_store`'s construction (pair and own
+    latents scaled by √λ of `powerlaw_spectrum`, one random rotation, the signal along the mid-spectrum
+    eigenvector), drawn layer by layer on `device` (the rotation product is 0.7 TFLOP per layer at the
+    default size: seconds on a GPU, minutes in numpy)."""
+    labels = np.tile([1, 0], n // 2)
+    X = np.empty((n, L, d), dtype=np.float32)  # 10.8 GB at the default size
+    g = torch.Generator(device).manual_seed(seed)
+    signs = torch.as_tensor(labels - 0.5, dtype=torch.float32, device=device)
+    if spectrum == "isotropic":
+        direction = torch.randn(d, generator=g, device=device)
+        for j, strength in enumerate(np.linspace(0.2, 2, L) * 8 / np.sqrt(d)):
+            layer = torch.randn(n, d, generator=g, device=device) + torch.outer(signs * float(strength), direction)
+            X[:, j] = layer.cpu().numpy()
+        return X, labels
+    root = torch.as_tensor(np.sqrt(powerlaw_spectrum(d)), dtype=torch.float32, device=device)
+    rotation, _ = torch.linalg.qr(torch.randn(d, d, generator=g, device=device))
+    for j in range(L):
+        pair = torch.randn(n // 2, d, generator=g, device=device).repeat_interleave(2, 0)
+        latent = (pair * 2 + torch.randn(n, d, generator=g, device=device)) * root
+        latent[:, d // 2] += signs * signal * root[d // 2] * (j + 1) / L
+        X[:, j] = (latent @ rotation.T).cpu().numpy()
+    return X, labels
+
+
 def gpu_case(args) -> None:
-    """20k items × 33 layers × 4096 dims, 5 folds, one group: GPU time against (extrapolated) CPU time."""
+    """20k items × 33 layers × 4096 dims, 5 grouped folds, one group: GPU time against CPU time (the same
+    torch code on the CPU, and the scikit-learn loop), measured on part of the work and scaled to all."""
     device = torch.device(args.device or "cuda")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--gpu: torch sees no CUDA GPU here (use --device cpu with small sizes to check the script)")
-    rng = np.random.default_rng(0)
     n, L, d = args.items, args.layers, args.dim
-    labels = np.tile([1, 0], n // 2)
-    direction = rng.standard_normal(d).astype(np.float32)
-    X = rng.standard_normal((n, L, d), dtype=np.float32)  # 10.8 GB at the default size
-    signs = (labels - 0.5).astype(np.float32)
-    for j, strength in enumerate(np.linspace(0.2, 2, L, dtype=np.float32) * 8 / np.sqrt(d)):
-        X[:, j] += np.outer(signs * strength, direction)  # a signal growing with depth, layer by layer
+    start = time.perf_counter()
+    X, labels = gpu_activations(n, L, d, args.gpu_spectrum, device, args.seed, args.signal)
+    rng = np.random.default_rng(args.seed)
     fold = np.repeat(rng.permutation(np.arange(n // 2) % 5), 2)  # grouped by pair
     train = np.stack([fold != k for k in range(5)])
     y = np.tile(labels, (5, 1))
-    print(f"large case: {n} items × {L} layers × {d} dims, 5 folds ({int(train[0].sum())} training rows each)")
+    print(f"large case: {n} items × {L} layers × {d} dims, {args.gpu_spectrum} activations (drawn in "
+          f"{time.perf_counter() - start:.1f} s), 5 grouped folds ({int(train[0].sum())} training rows each), "
+          f"C=1", flush=True)
 
-    def run(on, layers, **options):
+    def run(on, layers, problems=5, **options):
         if on.type == "cuda":
             torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        scores = fit_predict(X[:, :layers], y, train, 1.0, device=on, memory_gb=args.memory_gb, **options)
+        scores, fit = fit_predict(X[:, :layers], y[:problems], train[:problems], 1.0, device=on,
+                                  memory_gb=args.memory_gb, return_fit=True, **options)
         if on.type == "cuda":
             torch.cuda.synchronize()
-        return scores, time.perf_counter() - start
+        return scores, fit, time.perf_counter() - start
+
+    def iterations(fit) -> str:
+        return f"{fit.method}, iterations max / median {int(fit.n_iter.max())} / {float(np.median(fit.n_iter)):.0f}"
 
     run(device, 1)  # warm up (CUDA context, kernels)
-    fast, fast_s = run(device, L)
-    print(f"{device}: {fast_s:.2f} s for {L} layers")
+    fast, fit, fast_s = run(device, L)
+    peak = f", peak {torch.cuda.max_memory_allocated() / 2 ** 30:.1f} GiB" if device.type == "cuda" else ""
+    print(f"{device}: {fast_s:.2f} s for {L} layers ({iterations(fit)}{peak})", flush=True)
     cpu_layers = min(args.cpu_layers, L)
-    slow, slow_s = run(torch.device("cpu"), cpu_layers)
+    slow, fit, slow_s = run(torch.device("cpu"), cpu_layers)
     per_layer = slow_s / cpu_layers
-    print(f"cpu: {slow_s:.2f} s for {cpu_layers} layer(s) -> {per_layer * L:.1f} s for {L} layers (scaled)")
-    print(f"speed-up {per_layer * L / fast_s:.1f}x; largest |score difference| on the CPU layers "
-          f"{np.abs(fast[:, :cpu_layers] - slow).max():.2e}")
-    reference, reference_s = run(torch.device("cpu"), cpu_layers, solver="sklearn", n_jobs=args.threads)
-    per_layer = reference_s / cpu_layers
-    print(f"sklearn loop (tol 1e-4, {args.threads} processes): {reference_s:.2f} s for {cpu_layers} layer(s) -> "
-          f"{per_layer * L:.1f} s for {L} layers (scaled); speed-up of {device} {per_layer * L / fast_s:.1f}x "
-          f"(goal >= 100x); decisions that differ on the CPU layers: "
-          f"{((fast[:, :cpu_layers] > 0) != (reference > 0)).mean():.2%}")
+    print(f"cpu torch ({args.threads} threads): {slow_s:.2f} s for {cpu_layers} layer(s) -> {per_layer * L:.1f} s "
+          f"for {L} layers (scaled; {iterations(fit)}); speed-up {per_layer * L / fast_s:.1f}x; largest |score "
+          f"difference| on the CPU layers {np.abs(fast[:, :cpu_layers] - slow).max():.2e}", flush=True)
+    k = min(args.sklearn_problems, 5)
+    jobs = min(args.threads, cpu_layers)  # over layers: one layer gets one process with every BLAS thread
+    reference, fit, reference_s = run(torch.device("cpu"), cpu_layers, k, solver="sklearn", n_jobs=jobs,
+                                      max_iter=10_000)
+    per_layer = reference_s * 5 / k / cpu_layers
+    print(f"sklearn loop (tol 1e-4, {jobs} process(es), {args.threads} threads; {iterations(fit)}): {reference_s:.2f} s for {k} of 5 "
+          f"fold(s) × {cpu_layers} layer(s) -> {per_layer * L:.1f} s for 5 folds × {L} layers (scaled); speed-up "
+          f"of {device} {per_layer * L / fast_s:.1f}x (goal >= 100x); decisions that differ on the CPU layers: "
+          f"{((fast[:k, :cpu_layers] > 0) != (reference > 0)).mean():.2%}", flush=True)
 
 
 def main() -> None:
@@ -589,7 +627,8 @@ def main() -> None:
                         "classes along their mid-spectrum direction, in own-noise deviations")
     parser.add_argument("--sampled", action="store_true", help="research sizes on a shared machine: one powerlaw "
                         "layer per --sizes, scikit-learn on --sklearn-problems of the 6 problems (see sampled_table)")
-    parser.add_argument("--sklearn-problems", type=int, default=1, help="--sampled: folds scikit-learn fits (1-6)")
+    parser.add_argument("--sklearn-problems", type=int, default=1,
+                        help="--sampled, --gpu: folds scikit-learn fits (1-6; --gpu: 1-5), its time scaled to all")
     parser.add_argument("--store", help="the real row's store (default: xcomps-sample extracted into --cache)")
     parser.add_argument("--gpu", action="store_true", help="run the large GPU-against-CPU case instead")
     parser.add_argument("--device", help="--gpu: the fast device (default cuda)")
@@ -597,6 +636,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=33)
     parser.add_argument("--dim", type=int, default=4096)
     parser.add_argument("--cpu-layers", type=int, default=1, help="--gpu: layers timed on the CPU")
+    parser.add_argument("--gpu-spectrum", default="powerlaw", choices=["powerlaw", "isotropic"],
+                        help="--gpu: the activations' spectrum (see gpu_activations)")
     parser.add_argument("--memory-gb", type=float, default=16.0, help="--gpu: working memory of the solver")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -11,7 +11,8 @@ for the seven XCOMPS languages the sample lacks, of any language), so sentence a
 drawn like the sample's. Speed does not depend on weight values, so the model is built from a config
 (`--shape`) with random weights; its vocabulary is the default tokenizer's (262k), which makes the
 output layer of the Llama shapes about twice as large as Llama's own 128k one (direct and meta are
-therefore measured on a harder case). `--shape tiny` (the smoke run) has a 2,000-token BPE trained on
+therefore measured on a harder case; `--tokenizer DIR` takes another tokenizer, or the default one's
+files copied to a machine without the gguf package). `--shape tiny` (the smoke run) has a 2,000-token BPE trained on
 the run's texts instead, so that it takes seconds. `--shape default` uses the real Gemma-3-270M.
 
 Each phase is reported against two references measured in the same run:
@@ -104,14 +105,14 @@ def synthetic_items(pairs: int, languages: tuple[str, ...], seed: int = 0) -> pd
     return pd.DataFrame(rows)
 
 
-def build_model(shape: str, device: str, dtype: str | None, texts: list[str]):
+def build_model(shape: str, device: str, dtype: str | None, texts: list[str], tokenizer_dir: str | None = None):
     if shape == "default":
         return load_model("default", device=device, dtype=dtype)
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     from babelprobe.models import parse_dtype
 
-    tokenizer = small_tokenizer(texts) if shape == "tiny" else default_tokenizer()
+    tokenizer = small_tokenizer(texts) if shape == "tiny" else default_tokenizer(tokenizer_dir)
     config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2, eos_token_id=1,
                          pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
     torch_dtype = parse_dtype(dtype) or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -122,12 +123,14 @@ def build_model(shape: str, device: str, dtype: str | None, texts: list[str]):
     return wrap_model(model.eval(), tokenizer, name=f"random {shape}", fingerprint=f"random-{shape}")
 
 
-def default_tokenizer():
+def default_tokenizer(directory: str | None = None):
+    """The default model's tokenizer, or the one saved in `directory` (`--tokenizer`: a machine without the
+    gguf package, e.g. a lent GPU, gets the converted model's tokenizer files copied there)."""
     from transformers import AutoTokenizer
 
     from babelprobe.models import _converted_default
 
-    return AutoTokenizer.from_pretrained(_converted_default())
+    return AutoTokenizer.from_pretrained(directory or _converted_default())
 
 
 def small_tokenizer(texts: list[str]):
@@ -355,7 +358,7 @@ def run(args) -> list[dict]:
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")), seed=args.seed)
     if args.pairs == 1:  # one pair per cell cannot be split into pair-grouped folds: probe per language
         items["subset"] = "all"
-    lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *meta_texts(items)])
+    lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *meta_texts(items)], args.tokenizer)
     warm_up(lm)
     calls, fits = ModelCalls(lm), FitCalls()
     with calls, fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
@@ -407,12 +410,20 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: 
                            progress=not args.no_progress)
     finally:
         RunDir.stage, comparison._ensure_store = stage, ensure_store
-    return {"phases": {name: phases[phase] for name, phase in PHASES}, "acts": out / "acts"}
+    done = {name: phases[phase] for name, phase in PHASES}
+    say("babelprobe", {name: meter.seconds for name, meter in done.items()})
+    return {"phases": done, "acts": out / "acts"}
+
+
+def say(run: str, seconds: dict) -> None:
+    """One line per finished run, so that a run stopped by a time limit (a lent GPU) still tells its phases."""
+    print(f"{run}: " + ", ".join(f"{name} {value:.2f} s" for name, value in seconds.items()), flush=True)
 
 
 def floor_runs(calls: ModelCalls, fits: FitCalls, device) -> dict:
     out = {name: calls.replay(phase, device) for name, phase in PHASES if name != "probe"}
     out["probe"] = fits.replay(device)
+    say("floor", {name: wall for name, (wall, _) in out.items()})
     return out
 
 
@@ -427,6 +438,7 @@ def baseline_runs(lm, items, tmp: Path, args, device) -> dict:
         with Meter(device) as meter:
             probe(stores[0], folds=folds(args), solver="sklearn", items=items, progress=False)
         out["probe"] = (meter.seconds, 0)
+    say("baseline", {name: wall for name, (wall, _) in out.items()})
     return out
 
 
@@ -504,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--tokenizer", metavar="DIR", help="the Llama shapes' tokenizer directory (default: the "
+                        "default model's, converted once into the cache)")
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn probe baseline")
     parser.add_argument("--no-baseline", action="store_true", help="skip every naive baseline (floors only)")
     parser.add_argument("--seed", type=int, default=0)

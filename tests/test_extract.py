@@ -157,6 +157,19 @@ def test_shard_batches_cover_every_text_once_within_budget_and_fill():
     assert real / sum(len(b) * max(lengths[i] for i in b) for b in batches) > 0.9
 
 
+def test_gpu_batches_are_cut_by_the_budget_alone():
+    """On a GPU a forward pass has a large fixed cost, so extraction does not cut batches for fill there:
+    its batches are then `length_batches`' (fewer, fuller), and on a CPU they stay 90% full."""
+    from babelprobe.extract.run import MIN_FILL, min_fill, shard_batches
+    from babelprobe.models import length_batches
+
+    lengths = list(np.random.default_rng(1).integers(3, 40, size=300))
+    assert min_fill(torch.device("cpu")) == MIN_FILL and min_fill(torch.device("cuda")) == 0.0
+    gpu = shard_batches(lengths, 256, min_fill(torch.device("cuda")))
+    assert gpu == length_batches(lengths, 256)
+    assert len(gpu) < len(shard_batches(lengths, 256, min_fill(torch.device("cpu"))))
+
+
 def test_parse_layers():
     assert parse_layers("all", 18) == list(range(19))
     assert parse_layers(None, 3) == [0, 1, 2, 3]

@@ -69,18 +69,20 @@ def token_logprobs(lm: LoadedModel, texts: list[str], score_from: list[int] | No
     results: dict[int, TokenLogprobs] = {}
     bar = tqdm(total=sum(len(e.ids) for e in encodings), unit="tok", desc="scoring", disable=not progress,
                dynamic_ncols=True)
+    pending = []  # (batch, its log-probs on the model's device): read back once all batches are queued
     with torch.inference_mode():
         for batch in length_batches([len(e.ids) for e in encodings], batch_tokens):
-            logprobs = _score_batch(lm, [encodings[i] for i in batch], [targets[i] for i in batch], padding_side)
-            for i, lp in zip(batch, logprobs):
-                enc, positions = encodings[i], targets[i]
-                boundary = unique[i][1]
-                spans = bool(positions) and enc.offsets[positions[0]][0] < boundary
-                results[i] = TokenLogprobs(ids=[enc.ids[p] for p in positions],
-                                           offsets=[enc.offsets[p] for p in positions],
-                                           logprobs=lp, spans_join=spans, truncated=enc.truncated)
+            pending.append((batch, _score_batch(lm, [encodings[i] for i in batch], [targets[i] for i in batch],
+                                                padding_side)))
             bar.update(sum(len(encodings[i].ids) for i in batch))
     bar.close()
+    for batch, flat in pending:
+        logprobs = np.split(flat.cpu().numpy(), np.cumsum([len(targets[i]) for i in batch])[:-1])
+        for i, lp in zip(batch, logprobs):
+            enc, positions = encodings[i], targets[i]
+            spans = bool(positions) and enc.offsets[positions[0]][0] < unique[i][1]
+            results[i] = TokenLogprobs(ids=[enc.ids[p] for p in positions], offsets=[enc.offsets[p] for p in positions],
+                                       logprobs=lp, spans_join=spans, truncated=enc.truncated)
     index = {key: i for i, key in enumerate(unique)}
     return [results[index[key]] for key in zip(texts, score_from)]
 
@@ -106,7 +108,8 @@ def _scored_positions(enc: Encoding, score_from: int) -> list[int]:
 
 
 def _score_batch(lm: LoadedModel, encodings: list[Encoding], targets: list[list[int]],
-                 padding_side: str) -> list[np.ndarray]:
+                 padding_side: str) -> torch.Tensor:
+    """The scored tokens' log-probs of one batch, all texts' in a row (float64, on the model's device)."""
     batch = pad_batch(encodings, lm.pad_token_id, padding_side, lm.device)
     hidden = lm.parts.body(**batch, use_cache=False).last_hidden_state  # after the final norm
     width = batch["input_ids"].shape[1]
@@ -117,20 +120,21 @@ def _score_batch(lm: LoadedModel, encodings: list[Encoding], targets: list[list[
         cols += [shift + p - 1 for p in positions]  # the state before a token predicts it
         token_ids += [enc.ids[p] for p in positions]
     states = hidden[torch.tensor(rows, dtype=torch.long), torch.tensor(cols, dtype=torch.long)]
-    flat = _gathered_logprobs(lm, states, torch.tensor(token_ids, device=lm.device))
-    return np.split(flat, np.cumsum([len(t) for t in targets])[:-1])
+    return _gathered_logprobs(lm, states, torch.tensor(token_ids, device=lm.device))
 
 
-def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor) -> np.ndarray:
-    """log p(token | state) for each row, projecting to the vocabulary a chunk of rows at a time."""
+def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
+    """float64 log p(token | state) for each row, projecting to the vocabulary a chunk of rows at a time.
+    The result stays on the model's device: callers read their results back once, after their last batch,
+    instead of making the host wait for the device after every batch."""
     vocab = lm.parts.head.weight.shape[0]
     chunk = max(1, LOGIT_CHUNK_BYTES // (4 * vocab))
     out = []
     for start in range(0, len(states), chunk):
         logits = lm.parts.logits(states[start:start + chunk]).float()
         picked = logits.gather(1, token_ids[start:start + chunk, None]).squeeze(1)
-        out.append((picked - _logsumexp_(logits)).double().cpu())
-    return torch.cat(out).numpy() if out else np.zeros(0)
+        out.append((picked - _logsumexp_(logits)).double())
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=states.device)
 
 
 def _logsumexp_(logits: torch.Tensor) -> torch.Tensor:
@@ -150,7 +154,8 @@ def logprobs_of_states(lm: LoadedModel, states: torch.Tensor, token_ids) -> np.n
     """float64 log p(token_ids[i] | states[i]) for final hidden states [n, d] (after the final norm): the
     same chunked vocabulary projection as `token_logprobs`, for callers that run the model themselves."""
     with torch.inference_mode():
-        return _gathered_logprobs(lm, states, torch.as_tensor(token_ids, dtype=torch.long, device=lm.device))
+        ids = torch.as_tensor(token_ids, dtype=torch.long, device=lm.device)
+        return _gathered_logprobs(lm, states, ids).cpu().numpy()
 
 
 # ------------------------------------------------------------------------------ shared-prefix scoring
@@ -223,7 +228,7 @@ class _PrefixTree:
 
     def __init__(self, sequences: list[tuple[int, ...]]):
         self.parent, self.token, self.children = [-1], [0], [{}]
-        self.paths = []
+        self.paths, self._past = [], {}
         for seq in sequences:
             node, path = 0, []
             for token in seq:
@@ -255,13 +260,17 @@ class _PrefixTree:
         return levels
 
     def past(self, node: int) -> list[int]:
-        """The nodes before `node`, from the root's first token on."""
-        out = []
-        node = self.parent[node]
-        while node > 0:
-            out.append(node)
-            node = self.parent[node]
-        return out[::-1]
+        """The nodes before `node`, from the root's first token on (kept per node: segments that share a
+        parent ask for the same past, and every batch asks twice)."""
+        cached = self._past.get(node)
+        if cached is None:
+            walk, ancestor = [], self.parent[node]
+            while ancestor > 0 and ancestor not in self._past:
+                walk.append(ancestor)
+                ancestor = self.parent[ancestor]
+            cached = (self._past[ancestor] + [ancestor] if ancestor > 0 else []) + walk[::-1]
+            self._past[node] = cached
+        return cached
 
 
 def _score_tree(lm: LoadedModel, tree: _PrefixTree, ids: list[list[int]], targets: list[list[int]],
@@ -273,6 +282,7 @@ def _score_tree(lm: LoadedModel, tree: _PrefixTree, ids: list[list[int]], target
         for slot, p in enumerate(positions):
             needed.setdefault(tree.paths[k][p - 1], []).append((k, slot, ids[k][p]))
     out = [np.zeros(len(positions)) for positions in targets]
+    pending = []  # (where, log-probs on the model's device): read back after the last level is queued
     keys, values = [], []  # per layer: [nodes, kv_heads, head_dim]
     for level in tree.levels:
         for batch in _segment_batches(level, tree, batch_tokens):
@@ -287,9 +297,10 @@ def _score_tree(lm: LoadedModel, tree: _PrefixTree, ids: list[list[int]], target
                         token_ids.append(token)
             if rows:
                 states = hidden[torch.tensor(rows), torch.tensor(cols)]
-                flat = _gathered_logprobs(lm, states, torch.tensor(token_ids, device=lm.device))
-                for (k, slot), value in zip(where, flat):
-                    out[k][slot] = value
+                pending.append((where, _gathered_logprobs(lm, states, torch.tensor(token_ids, device=lm.device))))
+    for where, flat in pending:
+        for (k, slot), value in zip(where, flat.cpu().numpy()):
+            out[k][slot] = value
     return out
 
 
@@ -319,13 +330,14 @@ def _run_segments(lm: LoadedModel, tree: _PrefixTree, batch: list[list[int]], ke
 
     pasts = [tree.past(segment[0]) for segment in batch]
     width_past, width_new = max(len(p) for p in pasts), max(len(s) for s in batch)
-    past_rows = torch.zeros((len(batch), width_past), dtype=torch.long)
-    mask = torch.zeros((len(batch), width_past + width_new), dtype=torch.long)
-    input_ids = torch.full((len(batch), width_new), lm.pad_token_id, dtype=torch.long)
+    past_rows = np.zeros((len(batch), width_past), dtype=np.int64)  # numpy: a torch.tensor per row is slow
+    mask = np.zeros((len(batch), width_past + width_new), dtype=np.int64)
+    input_ids = np.full((len(batch), width_new), lm.pad_token_id, dtype=np.int64)
     for r, (past, segment) in enumerate(zip(pasts, batch)):
-        past_rows[r, width_past - len(past):] = torch.tensor(past, dtype=torch.long)
+        past_rows[r, width_past - len(past):] = past
         mask[r, width_past - len(past):width_past + len(segment)] = 1
-        input_ids[r, :len(segment)] = torch.tensor([tree.token[n] for n in segment])
+        input_ids[r, :len(segment)] = [tree.token[n] for n in segment]
+    past_rows, mask, input_ids = torch.from_numpy(past_rows), torch.from_numpy(mask), torch.from_numpy(input_ids)
     start = torch.tensor([[len(p)] for p in pasts])
     cache = DynamicCache()  # plain layers: keeps every token; the mask applies sliding windows
     if width_past:
