@@ -139,6 +139,15 @@ class Parts:
             out = out.to(self.device)
         return out
 
+    def cache_argument(self, cache) -> dict:
+        """The body's keyword for a KV cache: transformers 5 renamed `past_key_values` to `cache` (the old
+        name warns, and goes in 5.40); 4.x knows only the old one."""
+        import inspect
+
+        forward = getattr(self.body, "forward", self.body)
+        name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+        return {name: cache}
+
 
 def model_parts(model: nn.Module) -> Parts:
     """Find body, blocks, final norm and output head of a HF causal LM (Llama/Gemma/Qwen/GPT-2 style)."""

@@ -234,12 +234,13 @@ class ModelCalls:
 
         def forward(*args, **kwargs):
             if self.phase is not None:
-                cache = kwargs.get("past_key_values")
+                cache = kwargs.get("cache", kwargs.get("past_key_values"))
                 shapes = None if cache is None else [(layer.keys.shape, layer.values.shape, layer.keys.dtype)
                                                      for layer in cache.layers
                                                      if getattr(layer, "keys", None) is not None]
                 inputs = {k: v.detach().clone() for k, v in kwargs.items() if torch.is_tensor(v)}
-                flags = {k: v for k, v in kwargs.items() if not torch.is_tensor(v) and k != "past_key_values"}
+                flags = {k: v for k, v in kwargs.items() if not torch.is_tensor(v)
+                         and k not in ("cache", "past_key_values")}
                 self.calls.setdefault(self.phase, []).append(("body", inputs, flags, shapes))
             return self.forward(*args, **kwargs)
 
@@ -271,7 +272,8 @@ class ModelCalls:
                     _, inputs, flags, shapes = call
                     kwargs = dict(inputs, **flags)
                     if shapes is not None:
-                        kwargs["past_key_values"] = cache = DynamicCache()
+                        cache = DynamicCache()
+                        kwargs.update(lm.parts.cache_argument(cache))
                         for layer, (k, v, dtype) in enumerate(shapes):
                             cache.update(torch.zeros(k, dtype=dtype, device=lm.device),
                                          torch.zeros(v, dtype=dtype, device=lm.device), layer)

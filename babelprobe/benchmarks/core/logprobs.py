@@ -346,8 +346,8 @@ def _run_segments(lm: LoadedModel, tree: _PrefixTree, batch: list[list[int]], ke
             at = index.to(k.device)
             cache.update(k[at].transpose(1, 2), v[at].transpose(1, 2), layer)
     hidden = lm.parts.body(input_ids=input_ids.to(lm.device), attention_mask=mask.to(lm.device),
-                           position_ids=(start + torch.arange(width_new)).to(lm.device), past_key_values=cache,
-                           use_cache=True).last_hidden_state
+                           position_ids=(start + torch.arange(width_new)).to(lm.device),
+                           **lm.parts.cache_argument(cache), use_cache=True).last_hidden_state
     rows = torch.tensor([r for r, s in enumerate(batch) for _ in s], device=lm.device)
     cols = torch.tensor([c for s in batch for c in range(len(s))], device=lm.device)
     nodes = torch.tensor([n for s in batch for n in s], device=lm.device)
