@@ -31,7 +31,7 @@ import pandas as pd
 
 from babelprobe.benchmarks.scoring import REDUCTIONS, RULES, DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
-from babelprobe.extract.layers import PEAK, check_spec
+from babelprobe.extract.layers import PEAK, check_spec, is_peak
 from babelprobe.probes.settings import FOLD_SCHEMES, POOLS, describe
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.runs import LAYOUTS
@@ -67,7 +67,7 @@ class CompareSettings:
 
     def __post_init__(self):
         layers = str(self.layers).strip()
-        object.__setattr__(self, "layers", PEAK if layers.lower() in (PEAK, "max") else layers)
+        object.__setattr__(self, "layers", PEAK if is_peak(layers) else layers)  # `max` (XCOMPS) too
         object.__setattr__(self, "prompts", str(self.prompts))
         one_of(self, "protocol", list(PROTOCOLS))
         one_of(self, "rule", RULES)

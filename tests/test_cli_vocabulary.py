@@ -135,3 +135,18 @@ print('ok')
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("where", ["babelprobe.comparison:CompareSettings", "babelprobe.interventions.settings:Settings"])
+def test_peak_is_read_by_the_one_parser(where):
+    """`--layers peak` (and `max`, the XCOMPS wording, any case) is `extract.layers.is_peak`'s, in every settings
+    class that takes it."""
+    import importlib
+
+    from babelprobe.extract.layers import is_peak
+
+    module, name = where.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    assert is_peak("max") and is_peak(" Peak ") and not is_peak("3")
+    assert cls(layers="max").layers == cls(layers=" Peak ").layers == "peak"
+    assert cls(layers="3").layers == "3"
