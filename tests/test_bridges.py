@@ -439,6 +439,34 @@ def test_bench_writes_rows_summary_and_figures(tiny_dir, tmp_path):
         assert (out / f"{figure}.png").exists() and (out / f"{figure}.pdf").exists()
 
 
+def _norm_gap_note(monkeypatch, tmp_path, pred_norm, pred_bytes) -> list[str]:
+    """The texts of the bridge_norm_gap figure of two languages' questions (gold 0) with these predictions."""
+    import matplotlib.pyplot as plt
+
+    from babelprobe.analysis import benchmarks as figures
+
+    rows = pd.DataFrame([{"language": lang, "subset": "all", "script": script, "pred": 0, "pred_norm": n,
+                          "pred_bytes": b, "acc": 1.0, "acc_norm": float(n == 0), "acc_bytes": float(b == 0),
+                          "correct": True} for lang, script in (("en", "Latin"), ("zh", "Han"))
+                         for n, b in zip(pred_norm, pred_bytes)])
+    drawn = {}
+    monkeypatch.setattr(figures, "save", lambda fig, path: drawn.setdefault(Path(path).name, fig) and [])
+    figures.plot_bridge(bridges.summarize(rows), tmp_path / "fig")
+    texts = [t.get_text() for t in drawn["bridge_norm_gap"].axes[0].texts]
+    plt.close("all")
+    return texts
+
+
+def test_norm_gap_figure_says_why_it_has_no_bars(monkeypatch, tmp_path):
+    assert _norm_gap_note(monkeypatch, tmp_path, [0, 1], [0, 1]) == [
+        "per character and per byte pick the same option in every question"]
+    # they disagree on one question per language, both wrong there: no gap, no bar, and the figure says so
+    assert _norm_gap_note(monkeypatch, tmp_path, [0, 1], [0, 2]) == [
+        "per character and per byte pick different options in 2 of 4 questions, with the same accuracy in "
+        "every language"]
+    assert _norm_gap_note(monkeypatch, tmp_path, [0, 0], [0, 1]) == []
+
+
 def test_40_unknown_multiblimp_config(tmp_path, capsys):
     fails(["items", "convert", "multiblimp", "hf:jumelet/multiblimp:xyz", "--out", tmp_path / "mb.jsonl"], capsys,
           "no MultiBLiMP config 'xyz'; available: abk, aln, ")

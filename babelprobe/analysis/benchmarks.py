@@ -493,7 +493,8 @@ BRIDGE_METRICS = {"acc": "acc (sum of log-probs)", "acc_norm": "acc_norm (per ch
 def plot_bridge(summary: pd.DataFrame, path: str | Path, title: str = "") -> list[Path]:
     """A bridge run's two figures beside `path`: `bridge_accuracy` (acc, acc_norm, acc_bytes per language,
     Wilson intervals) and `bridge_norm_gap` (acc_norm − acc_bytes per language, grouped and coloured by
-    script, paired bootstrap intervals). PDF and PNG of each; the accuracy PNG comes last."""
+    script, paired bootstrap intervals; where no language has a gap, a note says whether the two ever pick
+    different options). PDF and PNG of each; the accuracy PNG comes last."""
     path = Path(path)
     table = bridges.wide(summary).sort_values(["script", "language"]).reset_index(drop=True)
     written = _bridge_norm_gap(table, path.with_name("bridge_norm_gap"), title)
@@ -531,12 +532,19 @@ def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
     ax.bar(x, values, 0.7, yerr=errors, color=[colours[s] for s in table["script"]],
            error_kw={"elinewidth": 0.6, "capsize": 1.5})
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xticks(x, table["language"])
+    ax.set_xticks(x, [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])])
     ax.set_ylabel("acc_norm − acc_bytes")
     ax.grid(axis="x", visible=False)
-    if (table["norm_disagree"] == 0).all():  # e.g. Belebele: one-letter choices, so acc_norm ≡ acc ≡ acc_bytes
-        ax.text(0.5, 0.6, "per character and per byte pick the same option in every question", ha="center",
-                transform=ax.transAxes, fontsize=7, color="0.35")
+    disagree = int(round((table["norm_disagree"] * table["n"]).sum()))
+    if disagree == 0:  # e.g. Belebele: one-letter choices, so acc_norm ≡ acc ≡ acc_bytes
+        note = "per character and per byte pick the same option in every question"
+    elif (values == 0).all():  # no bar to see: say why
+        note = (f"per character and per byte pick different options in {disagree} of {int(table['n'].sum())} "
+                "questions, with the same accuracy in every language")
+    else:
+        note = ""
+    if note:
+        ax.text(0.5, 0.6, note, ha="center", transform=ax.transAxes, fontsize=7, color="0.35")
     handles = [_legend_handle(marker="s", color=colours[s], label=s) for s in scripts]
     ax.legend(handles=handles, title="script", fontsize=7, title_fontsize=7, frameon=False, loc="best")
     ax.set_title(f"{title}: per character minus per byte" if title else "per character minus per byte")
