@@ -342,6 +342,12 @@ def test_cli_train_run_and_report(tiny_store, tmp_path, capsys, tiny_dir):
                                         "margin_base", "correct"]
     assert set(ablate["feature_set"]) == {"language", "random-0"}
     assert (out / "ablate" / "summary.csv").exists()  # the interventions runner's own summary
+    # its `all` cells pool the languages (each pair losing its own language's features), one per readout × direction
+    summary = pd.read_csv(out / "ablate" / "summary.csv")
+    pooled = summary[summary["language"] == "all"]
+    assert not pooled.duplicated(["readout", "direction"]).any()
+    own = summary[(summary["language"] != "all") & (summary["direction"] == "features")]
+    assert set(pooled.loc[pooled["direction"] == "features", "n"]) == {own.groupby("readout")["n"].sum().iloc[0]}
     # a rerun reuses every stage
     assert main(argv) == 0
     assert main(["report", "--results", str(out)]) == 0
@@ -397,3 +403,23 @@ def test_S5_fetch_offline(tmp_path, capsys, monkeypatch):
            "--out", tmp_path / "fetched"], capsys,
           "cannot reach huggingface.co; fetch the folder elsewhere, pass --sae DIR", tmp_path / "fetched")
     assert not any(p.name.startswith(".fetched") for p in tmp_path.iterdir())
+
+
+def test_intervene_draws_the_sae_ablation_figure_from_its_summary(tmp_path):
+    """`intervene --method sae` draws sae_ablation from its own summary (its rows, summary and figures are
+    intervene's): one bar per language and feature set, at the summary's values."""
+    from babelprobe.analysis.interventions import SOURCE_FIGURES, figure_plan
+
+    rows = [{"language": lang, "edit_source": "sae_features", "method": "sae", "layers": "6", "alpha": 1.0,
+             "readout": readout, "direction": direction,
+             "value": value, "ci_low": value - 0.1, "ci_high": value + 0.1}
+            for lang, shift in (("en", 0.0), ("zh", 1.0))
+            for readout in ("direct_accuracy", "direct_margin")
+            for direction, value in (("features", -0.5 - shift), ("random", 0.1), ("features−random", -0.6))]
+    summary = pd.DataFrame(rows)
+    assert "sae_features" in SOURCE_FIGURES
+    plan = figure_plan(summary, None)
+    assert [name for name, _, _ in plan] == ["sae_ablation"]
+    fig = plan[0][1]()
+    heights = sorted(round(p.get_height(), 6) for p in fig.axes[0].patches)
+    assert heights == [-1.5, -0.5, 0.1, 0.1]

@@ -56,7 +56,8 @@ CONTROLS = ("random", "shuffled")
 DIRECTIONS = ("probe", "random", "shuffled", "probe−random")
 # the figures of other edit sources: edit_source -> "module:function", called with the summary's rows of that
 # source and returning [(name, draw, caption)] like `figure_plan`
-SOURCE_FIGURES = {"neurons": "babelprobe.analysis.neurons:figure_plan"}
+SOURCE_FIGURES = {"neurons": "babelprobe.analysis.neurons:figure_plan",
+                  "sae_features": "babelprobe.analysis.sae:intervene_figure_plan"}
 COLORS = {"probe": PALETTE[0], "neurons": PALETTE[0], "shuffled": PALETTE[1], "random": "0.45"}
 
 

@@ -208,6 +208,21 @@ def plot_ablation(summary: pd.DataFrame):
     return fig
 
 
+def intervene_figure_plan(summary: pd.DataFrame) -> list[tuple[str, object, str]]:
+    """sae_ablation drawn from an intervention summary's SAE-feature rows (`intervene --method sae`;
+    `analysis.interventions.SOURCE_FIGURES`): the `features` and `random` directions' direct-margin effects."""
+    part = summary[summary["readout"] == "direct_margin"]
+    kinds = part["direction"].map({"features": "language", "random": "random"})
+    table = pd.DataFrame({"language": part["language"], "readout": "margin", "feature_set": kinds,
+                          "effect": part["value"], "ci_low": part["ci_low"], "ci_high": part["ci_high"]})
+    table = table.dropna(subset=["feature_set"])
+    if table.empty:
+        return []
+    caption = ("Δ direct margin (nats, with − without) when each language's most specific SAE features are removed "
+               "at their layer, and when random feature sets are (mean of draws); 95% paired bootstrap intervals.")
+    return [("sae_ablation", lambda: plot_ablation(table), caption)]
+
+
 # ------------------------------------------------------------------------------------------- report
 
 def report(path: str | Path, out: str | Path, n_boot: int = 1000, seed: int = 0):

@@ -13,8 +13,9 @@ An empty S leaves every state as it is. α (`--alpha`, default 1) scales the rem
 Units: the languages, or the probe groups when the probe readout is asked for (it reads each group's
 probe on the states re-read at the SAE's layer). Columns of its rows, after the keys: `layer` (the SAE's),
 `layer_rule` (sae), `method` (sae), `ablate_to` (empty), `positions` (all), `direction` (features: the
-language's; random: a control draw), `draw`, `alpha`, `off` (the language whose features are removed),
-`n_features`, `features` (the indices, space-separated), `n_items`.
+language's; random: a control draw), `draw`, `alpha`, `off` (empty: each pair loses its own language's
+features, so the summary's `all` cell pools the languages), `n_features`, `features` (the indices,
+space-separated), `n_items`.
 
 `babelprobe sae` runs this source for its ablate.csv (`babelprobe.sae.run`).
 """
@@ -187,7 +188,7 @@ class SAEFeatures(EditSource):
                 after_probe = unit.probe_readout(probe, after.states.get(layer)) if probe is not None else {}
                 frame = unit.frame(base, after, before, after_probe, keys=by)
                 labels = {"layer": layer, "layer_rule": "sae", "method": "sae", "ablate_to": "", "positions": "all",
-                          "direction": direction, "draw": int(draw or 0), "alpha": alpha, "off": language,
+                          "direction": direction, "draw": int(draw or 0), "alpha": alpha, "off": "",
                           "n_features": len(features), "features": " ".join(map(str, features)),
                           "n_items": len(items)}
                 frames.append(insert_columns(frame, labels, after=len(dict.fromkeys(
