@@ -70,16 +70,18 @@ class TranslationSettings:
             if self.latent in (source[1], target[1]):
                 raise BabelprobeError(f"--latent {self.latent} is an output language of --source or --target; choose "
                                       "another or 'none'")
-        used = {*source, *target, *(code for pair in pairs for code in pair)} | ({self.latent} if self.latent else set())
-        check_prompt_names(sorted(used))
+        check_prompt_names(sorted(self.languages()))
         from babelprobe.extract.layers import check_spec
 
         check_spec(self.layers)
 
     def languages(self) -> list[str]:
-        """Every language the configuration needs words in."""
-        codes = [*self.source.split("-"), *self.target.split("-"), *(c for p in self.source_pairs for c in p.split("-"))]
-        return list(dict.fromkeys(codes + ([self.latent] if self.latent else [])))
+        """Every language the chosen experiments need words (and prompt names) in: exp1 its source, target
+        and latent languages, exp2 its target and source pairs' (an experiment not run needs none)."""
+        exp1, exp2 = "exp1" in self.exps, "exp2" in self.exps
+        codes = [*(self.source.split("-") if exp1 else []), *self.target.split("-"),
+                 *(c for p in self.source_pairs for c in p.split("-") if exp2)]
+        return list(dict.fromkeys(codes + ([self.latent] if self.latent and exp1 else [])))
 
 
 @dataclass(frozen=True)
