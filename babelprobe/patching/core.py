@@ -23,8 +23,6 @@ padding.
 
 from __future__ import annotations
 
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,9 +139,9 @@ def _run_batch(lm: LoadedModel, targets: list[Target], padding_side: str) -> lis
     shared_mask = (torch.arange(width)[None, :] >= width - lengths[:, None]).long()[row_of]  # left-aligned
     mask = torch.cat([shared_mask, own_mask], dim=1)
     positions = lengths[row_of][:, None] + torch.arange(span)[None, :]
-    with Intervention(lm, _patch_edits(lm, targets)), _quiet():
+    with Intervention(lm, _patch_edits(lm, targets)):
         hidden = lm.parts.body(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                               position_ids=positions.to(device), past_key_values=cache,
+                               position_ids=positions.to(device), **lm.parts.cache_argument(cache),
                                use_cache=True).last_hidden_state
     out, start = [], 0
     for t in targets:
@@ -167,8 +165,7 @@ def _shared_pass(lm: LoadedModel, targets: list[Target], width: int, padding_sid
     padded = {"input_ids": ids.to(lm.device), "attention_mask": mask.to(lm.device),
               "position_ids": (mask.cumsum(dim=1) - 1).clamp(min=0).to(lm.device)}
     cache = DynamicCache()
-    with _quiet():
-        lm.parts.body(**padded, past_key_values=cache, use_cache=True)
+    lm.parts.body(**padded, **lm.parts.cache_argument(cache), use_cache=True)
     keys, values = [], []
     order = None
     if padding_side == "right":  # real tokens first: move each row's padding to the front
@@ -182,14 +179,6 @@ def _shared_pass(lm: LoadedModel, targets: list[Target], width: int, padding_sid
         keys.append(k)
         values.append(v)
     return keys, values
-
-
-@contextmanager
-def _quiet():
-    """transformers 5 renames `past_key_values` (still accepted, with a FutureWarning); 4.x knows only it."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
-        yield
 
 
 def _patch_edits(lm: LoadedModel, targets: list[Target]) -> dict[int, Patch]:
