@@ -3,10 +3,10 @@
     translation_summary(rows)   # config × exp × variant × layer × measure: mean over pairs, 95% bootstrap interval
     translation_switches(summ)  # the layers where patching moved the output language, and the concept
     pairs_summary(rows)         # control × source × language × layer: mean recovery, 95% bootstrap interval
-    recovery_onsets(summ, peaks)# per language: first layer with recovery ≥ 0.5, beside the probe's peak layer
+    recovery_onsets(summ, peaks)# per language: first and last layer with recovery ≥ 0.5, beside the probe's peak
     plot_translation(summ)      # probabilities by patched layer, baselines dashed   (figure patch_translation)
     plot_recovery(summ)         # recovery by layer with the controls                 (figure patch_recovery)
-    plot_vs_probe(onsets)       # first layer with r ≥ 0.5 against the probe peak     (figure patch_vs_probe)
+    plot_vs_probe(onsets)       # last layer j with r ≥ 0.5 against the probe peak    (figure patch_vs_probe)
     report(path, out)           # `babelprobe report --results PATCH_DIR`
 
 Everything is computed from the run's tables (translation.csv, pairs.csv), so the report redraws what the
@@ -221,24 +221,26 @@ def plot_recovery(summary: pd.DataFrame, language_order: list[str] | None = None
 
 
 def plot_vs_probe(onsets: pd.DataFrame):
-    """Per language: the first layer whose mean recovery reaches 0.5 against the probe's peak layer (a
-    compare directory's), the diagonal dotted."""
-    require(onsets, ["language", "first_layer", "probe_peak_layer"], "recovery onsets")
+    """Per language: the last layer j whose mean recovery still reaches 0.5 against the probe's peak layer (a
+    compare directory's), the diagonal dotted. The patch writes layers j..L, so recovery falls as j grows and
+    the first such layer is 1 whenever any is: the last one says how deep the source state still moves the
+    concept."""
+    require(onsets, ["language", "last_layer", "probe_peak_layer"], "recovery onsets")
     fig, ax = figure("one")
-    data = onsets.dropna(subset=["first_layer", "probe_peak_layer"])
-    ax.scatter(data["probe_peak_layer"], data["first_layer"], color=PALETTE[0], s=14, zorder=3)
+    data = onsets.dropna(subset=["last_layer", "probe_peak_layer"])
+    ax.scatter(data["probe_peak_layer"], data["last_layer"], color=PALETTE[0], s=14, zorder=3)
     for row in data.itertuples():
-        ax.annotate(row.language, (row.probe_peak_layer, row.first_layer), fontsize=6, xytext=(3, 2),
+        ax.annotate(row.language, (row.probe_peak_layer, row.last_layer), fontsize=6, xytext=(3, 2),
                     textcoords="offset points")
-    values = pd.concat([onsets["first_layer"], onsets["probe_peak_layer"]]).dropna()
+    values = pd.concat([onsets["last_layer"], onsets["probe_peak_layer"]]).dropna()
     if len(values):
         low, high = float(values.min()) - 1, float(values.max()) + 1
         ax.plot([low, high], [low, high], color="#777777", linestyle=":", linewidth=0.8)
-    missing = onsets.loc[onsets["first_layer"].isna(), "language"].tolist()
+    missing = onsets.loc[onsets["last_layer"].isna(), "language"].tolist()
     if missing:
         ax.set_title(f"never ≥ {THRESHOLD}: {', '.join(missing)}", fontsize=7)
     ax.set_xlabel("probe peak layer (compare)")
-    ax.set_ylabel(f"first layer with recovery ≥ {THRESHOLD}")
+    ax.set_ylabel(f"last j (patched j..L) with recovery ≥ {THRESHOLD}", fontsize=7)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
