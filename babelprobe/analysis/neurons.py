@@ -124,9 +124,11 @@ def plot_deactivation(summary: pd.DataFrame):
         raise BabelprobeError("no neurons rows with an accuracy readout in the summary")
     grids = {r: deactivation_matrix(summary, r) for r in readouts}
     first = grids[readouts[0]]["neurons"]
-    fig, axes = figure("two", 0.9 + 0.42 * len(first.index), ncols=len(readouts), squeeze=False)
+    # one readout per row, so that each gets the page's width: ten languages side by side leave a cell
+    # too narrow for its value and the control's when the readouts share a row
+    fig, axes = figure("two", len(readouts) * (0.8 + 0.42 * len(first.index)), nrows=len(readouts), squeeze=False)
     limit = max(0.05, max(np.nanmax(np.abs(g["neurons"].to_numpy(float))) for g in grids.values()))
-    for ax, readout in zip(axes[0], readouts, strict=True):
+    for ax, readout in zip(axes[:, 0], readouts, strict=True):
         g = grids[readout]
         values = g["neurons"].to_numpy(float)
         image = ax.imshow(values, cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto")
@@ -134,17 +136,19 @@ def plot_deactivation(summary: pd.DataFrame):
             if np.isnan(value):
                 continue
             control = g["random"].to_numpy(float)[i, j]
+            r, gr, b, _ = image.cmap(image.norm(value))
+            dark = 0.2126 * r + 0.7152 * gr + 0.0722 * b < 0.5  # as annotate_cells: white on dark cells
             ax.text(j, i, f"{value:+.2f}\n(r {control:+.2f})" if np.isfinite(control) else f"{value:+.2f}",
-                    ha="center", va="center", fontsize=4.5)
+                    ha="center", va="center", fontsize=4.5, color="white" if dark else "black")
             low, high = g["excess_low"].to_numpy(float)[i, j], g["excess_high"].to_numpy(float)[i, j]
             if np.isfinite(low) and (low > 0 or high < 0):
                 ax.add_patch(_outline(j, i))
         language_ticks(ax, list(g["neurons"].columns), "x")
         language_ticks(ax, list(g["neurons"].index), "y")
-        ax.set_xlabel("evaluated language")
         ax.set_title(readout.replace("_", " "), fontsize=8)
-    axes[0][0].set_ylabel("neurons switched off")
-    fig.colorbar(image, ax=list(axes[0]), shrink=0.8, label="Δ accuracy (with − without)")
+        ax.set_ylabel("switched off")
+    axes[-1][0].set_xlabel("evaluated language")
+    fig.colorbar(image, ax=list(axes[:, 0]), shrink=0.8, label="Δ accuracy (with − without)")
     fig.suptitle("Switching language neurons off", fontsize=9)
     return fig
 
