@@ -28,7 +28,8 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import Encoding, LoadedModel, as_model, length_batches, pad_batch
+from babelprobe.extract.run import min_fill, shard_batches
+from babelprobe.models import Encoding, LoadedModel, as_model, pad_batch
 from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
 from babelprobe.neurons.mlp import NeuronCounter, activation_modules
 from babelprobe.neurons.settings import Settings
@@ -86,7 +87,8 @@ def neuron_stats(lm: LoadedModel, texts, *, window: int | None = None, batch_tok
     with NeuronCounter(lm) as counter:
         for k, code in enumerate(tqdm(languages, desc="counting", unit="language", disable=not progress)):
             rows = encodings[code]
-            for batch in length_batches([len(e.ids) for e in rows], batch_tokens):
+            # extraction's batches: on a CPU rows kept 90% full, since padding costs as much as text there
+            for batch in shard_batches([len(e.ids) for e in rows], batch_tokens, min_fill(lm.device)):
                 counter.run(pad_batch([rows[i] for i in batch], lm.pad_token_id, padding, lm.device))
             counts, n = counter.take()
             if stats is None:
