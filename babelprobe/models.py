@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -142,11 +143,15 @@ class Parts:
     def cache_argument(self, cache) -> dict:
         """The body's keyword for a KV cache: transformers 5 renamed `past_key_values` to `cache` (the old
         name warns, and goes in 5.40); 4.x knows only the old one."""
+        return {self._cache_keyword: cache}
+
+    @cached_property
+    def _cache_keyword(self) -> str:
+        # read once per model: scorers and patching ask for it on every batch
         import inspect
 
         forward = getattr(self.body, "forward", self.body)
-        name = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-        return {name: cache}
+        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def model_parts(model: nn.Module) -> Parts:

@@ -20,7 +20,7 @@ import pandas as pd
 
 from babelprobe.analysis.figures import language_ticks
 from babelprobe.analysis.peaks import language_order
-from babelprobe.analysis.style import DIVERGING, SEQUENTIAL, annotate_cells, figure, save
+from babelprobe.analysis.style import DIVERGING, SEQUENTIAL, annotate_cells, figure, save, text_colour
 from babelprobe.errors import BabelprobeError
 from babelprobe.runs import LAYOUTS
 
@@ -136,10 +136,8 @@ def plot_deactivation(summary: pd.DataFrame):
             if np.isnan(value):
                 continue
             control = g["random"].to_numpy(float)[i, j]
-            r, gr, b, _ = image.cmap(image.norm(value))
-            dark = 0.2126 * r + 0.7152 * gr + 0.0722 * b < 0.5  # as annotate_cells: white on dark cells
             ax.text(j, i, f"{value:+.2f}\n(r {control:+.2f})" if np.isfinite(control) else f"{value:+.2f}",
-                    ha="center", va="center", fontsize=4.5, color="white" if dark else "black")
+                    ha="center", va="center", fontsize=4.5, color=text_colour(image, value))
             low, high = g["excess_low"].to_numpy(float)[i, j], g["excess_high"].to_numpy(float)[i, j]
             if np.isfinite(low) and (low > 0 or high < 0):
                 ax.add_patch(_outline(j, i))

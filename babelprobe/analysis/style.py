@@ -67,7 +67,11 @@ def annotate_cells(ax, image, values, fmt: str = "{:.2f}", fontsize: float = 6) 
     for (i, j), value in np.ndenumerate(values):
         if np.isnan(value):
             continue
-        r, g, b, _ = image.cmap(image.norm(value))
-        dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5  # relative luminance of the cell colour
         ax.text(j, i, fmt.format(value), ha="center", va="center", fontsize=fontsize,
-                color="white" if dark else "black")
+                color=text_colour(image, value))
+
+
+def text_colour(image, value: float) -> str:
+    """White on a dark cell of the heatmap `image` (from `imshow`), black on a light one."""
+    r, g, b, _ = image.cmap(image.norm(value))
+    return "white" if 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5 else "black"  # relative luminance
