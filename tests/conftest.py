@@ -17,6 +17,12 @@ from tests.tiny import tiny_lm
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+def pytest_report_header(config):
+    """Which kernels ran the numbers (tests/numeric.py: `make test` reruns `-m numeric` under the others)."""
+    return f"torch {torch.__version__}, CPU kernels: {torch.backends.cpu.get_cpu_capability()}, " \
+           f"{torch.get_num_threads()} threads"
+
+
 @pytest.fixture(scope="session")
 def tiny():
     """A tiny random Llama-style model with a BPE tokenizer that puts BOS first."""
