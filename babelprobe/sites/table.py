@@ -25,7 +25,7 @@ all in it (docs/design.md "Layers (numbering)"); the columns say what it holds.
 The structural rule (a `model_type` not in the table): the blocks are the one ModuleList of
 `num_hidden_layers` modules; the final norm the one norm module beside them; the head
 `get_output_embeddings()`; the MLP activation the one activation module in each block's MLP. It is then
-checked by one forward pass of four tokens: the body's output must be the final norm of the last
+checked by one forward pass of four tokens: the final state (the head's input) must be the final norm of the last
 block's output, and the head's logits of it the model's own logits, else the model is refused in one
 line (its logits would be wrong) or the missing site is named where it is asked for.
 """
@@ -255,11 +255,11 @@ def _find_activation(blocks: nn.ModuleList, name: str, parts: Parts) -> str | No
 
 
 def _verify(model: nn.Module, parts: Parts, name: str) -> None:
-    """One forward pass of four tokens (module docstring): the body's output against the final norm of the
-    last block's output, and the head's logits of it against the model's own; measures the MLP width."""
-    seen = {}
+    """One forward pass of four tokens (module docstring): the final state (the head's input) against the final
+    norm of the last block's output, and the logits of it against the model's own; measures the MLP width."""
+    seen = {}  # the head's input is the final state the model's own forward uses (OPT's runs its decoder, not its body)
     handles = [parts.layers[-1].register_forward_hook(lambda m, a, out: seen.__setitem__("last", _first(out))),
-               parts.body.register_forward_hook(lambda m, a, out: seen.__setitem__("body", _first(out)))]
+               parts.head.register_forward_pre_hook(lambda m, args: seen.__setitem__("final", args[0]))]
     if parts.activations:
         handles.append(parts.activations[0].register_forward_hook(lambda m, a, out: seen.__setitem__("act", out)))
     vocab = parts.head.weight.shape[0]
@@ -274,8 +274,8 @@ def _verify(model: nn.Module, parts: Parts, name: str) -> None:
         parts.width = int(seen["act"].shape[-1])
     with torch.inference_mode():
         normed = parts.final_norm(seen["last"]) if parts.final_norm is not None else seen["last"]
-        mine = parts.logits(seen["body"]).float()
-    if "final_norm" not in parts.missing and not _close(normed, seen["body"]):
+        mine = parts.logits(seen["final"]).float()
+    if "final_norm" not in parts.missing and not _close(normed, seen["final"]):
         what = "no final norm" if parts.final_norm is None else f"final norm {parts.family.final_norm}"
         parts.missing["final_norm"] = (f"{name} is not in {TABLE}, and its blocks' output through the structural "
                                        f"rule's {what} is not the model's final state; add a row for it")
