@@ -368,7 +368,7 @@ def test_an_encoder_decoder_is_refused_from_its_config_before_any_weights_load(t
 def family_dirs(tmp_path_factory):
     """Model folders of a few families, for the commands themselves."""
     out = {}
-    for family in ("bloom", "xglm", "cohere"):
+    for family in ("bloom", "xglm", "cohere", "olmo2"):
         model, tokenizer = build(family)
         path = tmp_path_factory.mktemp(family)
         model.save_pretrained(path)
@@ -407,6 +407,31 @@ def test_score_direct_on_cohere_equals_hf(family_dirs, tmp_path):
     lm, (model, _) = family_lm("cohere"), build("cohere")
     for text, score in zip(rows["text_good"], rows["score_good"]):
         assert score == pytest.approx(hf_logprobs(model, ids_of(lm, text)).sum(), abs=1e-4 * len(text))
+
+
+def test_no_effect_is_reported_for_neurons_that_were_not_selected(family_dirs, tmp_path, capsys):
+    """OLMo-2's tiny random model has activation probabilities at 1, so LAPE's τ_bar is 1 and no neuron belongs
+    to any language (as in the released identify.py): `intervene --method neurons` refuses, before the model
+    loads, instead of reporting effects of exactly zero."""
+    from babelprobe.cli import main
+    from babelprobe.neurons.edits import with_neurons
+    from tests.cli_errors import refused
+
+    neu = tmp_path / "neu"
+    assert main(["neurons", "--model", str(family_dirs["olmo2"]), "--items", "xcomps-sample", "--languages", "en,de",
+                 "--limit", "2", "--min-tokens", "5", "--out", str(neu), "--no-progress"]) == 0
+    base = ["intervene", "--method", "neurons", "--neurons", neu, "--model", family_dirs["olmo2"], "--items",
+            "xcomps-sample", "--languages", "en,de", "--limit", "2", "--readouts", "direct", "--out", tmp_path / "o",
+            "--no-progress"]
+    refused(base, capsys, tmp_path / "o", "selects no neurons of de, en at --top-rate 0.01",
+            "switching nothing off has no effect to report")
+    refused(base + ["--off", "en"], capsys, tmp_path / "o", "selects no neurons of en")
+    # where some languages have neurons, the default --off leaves the others out, with a note
+    sets = {"de": {1: [3]}, "en": {}, "ru": {2: []}}
+    assert with_neurons(sets, explicit=False, where="neu/", top_rate=0.01, bar=0.5) == ("de",)
+    assert "selects no neurons of en, ru" in capsys.readouterr().out
+    with pytest.raises(BabelprobeError, match="selects no neurons of en, ru"):
+        with_neurons(sets, explicit=True, where="neu/", top_rate=0.01, bar=0.5)
 
 
 # ---------------------------------------------------------------------------------------- README table
