@@ -70,7 +70,8 @@ CONFIGS = {
     "starcoder2": lambda v: T.Starcoder2Config(**_common(v)),
 }
 
-MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+MOE = ("mixtral", "qwen3_moe", "olmoe")  # routed experts: neuron e·I + j is unit j of expert e
+SHARED_EXPERT = ("qwen2_moe",)  # routed experts beside a shared one: neurons refused
 STRUCTURAL = ("opt", "starcoder2")
 
 
@@ -99,6 +100,7 @@ NEURONS = {
     "gpt_neox": ("down", "mlp.dense_4h_to_h"), "gptj": ("down", "mlp.fc_out"), "bloom": ("down", "mlp.dense_4h_to_h"),
     "falcon": ("down", "mlp.dense_4h_to_h"), "xglm": ("down", "fc2"), "opt": ("down", "fc2"),
     "starcoder2": ("down", "mlp.c_proj"),
+    **{f: ("experts", "mlp.experts") for f in MOE},
 }
 # where each family keeps its decoder blocks (the reference of extraction's last layer: a hook on the last one)
 BLOCKS = {**{f: "model.layers" for f in CONFIGS}, "opt": "model.decoder.layers", "gpt_neox": "gpt_neox.layers",

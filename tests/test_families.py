@@ -7,8 +7,9 @@ configs (tests/families.py).
     score meta                 = the same, for the answer tokens after a shared prompt (the KV-cached tree)
     lens                       = the HF forward's logits, from the last layer's extracted state
     patch                      = a state written into itself changes nothing; the unpatched copy is HF's
-    neurons                    = a hand hook on each family's MLP (tests/families.py NEURONS)
-    intervene --method neurons = a hand edit of the down projection's input
+    neurons                    = a hand hook on each family's MLP (tests/families.py NEURONS; a mixture of
+                                 experts: HF's own eager expert loop, its act_fn calls mapped back to experts)
+    intervene --method neurons = a hand edit of the down projection's input (experts: of act_fn's output)
     sae                        = the SAE pass reads the state extraction stores
 
 A family or command babelprobe cannot support is an explicit refusal, checked here (`EXPECTED`). The
@@ -25,19 +26,19 @@ import pytest
 import torch
 
 from babelprobe.errors import BabelprobeError
-from tests.families import BLOCKS, CONFIGS, DOWN, MOE, NEURONS, STRUCTURAL, build, family_lm
+from tests.families import BLOCKS, CONFIGS, DOWN, MOE, NEURONS, SHARED_EXPERT, STRUCTURAL, build, family_lm
 
 pytestmark = [pytest.mark.families, pytest.mark.usefixtures("one_thread")]
 
 FAMILIES = tuple(CONFIGS)
 COMMANDS = ("extract", "score direct", "score meta", "lens", "patch", "neurons", "intervene --method neurons", "sae")
-MOE_REFUSAL = "mixtures of experts"
+SHARED_REFUSAL = "mixtures of experts .* with a shared expert"
 
 
 def expected(family: str, command: str) -> str:
     """"ok" (equals its reference) or the words of its one-line refusal."""
-    if family in MOE and command in ("neurons", "intervene --method neurons"):
-        return MOE_REFUSAL
+    if family in SHARED_EXPERT and command in ("neurons", "intervene --method neurons"):
+        return SHARED_REFUSAL
     return "ok"
 
 
@@ -186,11 +187,63 @@ def test_a_state_patched_into_itself_changes_nothing(family):
         np.testing.assert_allclose(probs[0], [real[[5, 6]].sum(), real[7]], rtol=1e-4, atol=1e-7)
 
 
+class EagerExperts:
+    """HF's eager expert loop watched from outside (its `act_fn` calls mapped to experts as the loop makes
+    them: the experts hit, in ascending order; each one's tokens in `torch.where(expert_mask[e])` order),
+    for every block of a mixture-of-experts model while the context is open. `on_act(layer, expert, out)`
+    may return a replacement of one call's activation."""
+
+    def __init__(self, model, family: str, on_act):
+        self.model, self.on_act = model, on_act
+        self.experts = [block.get_submodule(NEURONS[family][1]) for block in model.get_submodule(BLOCKS[family])]
+
+    def __enter__(self):
+        self.saved = self.model.config._experts_implementation
+        self.model.config._experts_implementation = "eager"
+        self.handles, self.calls = [], {}
+        for layer, experts in enumerate(self.experts, start=1):
+            self.handles.append(experts.register_forward_pre_hook(self._routing(layer)))
+            self.handles.append(experts.act_fn.register_forward_hook(self._act(layer)))
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        self.model.config._experts_implementation = self.saved
+
+    def _routing(self, layer):
+        def hook(module, args):
+            top_k_index = args[1]
+            mask = torch.nn.functional.one_hot(top_k_index, num_classes=module.num_experts + 1).permute(2, 1, 0)
+            hit = [int(e) for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()[:, 0] if e < module.num_experts]
+            self.calls[layer] = [(e, torch.where(mask[e])[1]) for e in hit]
+            self.tokens = args[0].shape[0]
+        return hook
+
+    def _act(self, layer):
+        def hook(module, args, out):
+            expert, tokens = self.calls[layer].pop(0)
+            return self.on_act(layer, expert, tokens, out)
+        return hook
+
+
 def hand_activations(model, family: str, ids: torch.Tensor) -> list[np.ndarray]:
-    """Every block's MLP activation [tokens, I] of one text, by a hook written here (tests/families.py NEURONS)."""
+    """Every block's MLP activation [tokens, I] of one text, by a hook written here (tests/families.py NEURONS;
+    experts: [tokens, E·I], 0 where a token is not routed to the expert)."""
     from tests.families import _act, _gelu_bloom
 
     kind, path = NEURONS[family]
+    if kind == "experts":
+        dense = {}
+
+        def keep(layer, expert, tokens, out):
+            config = model.config
+            n, width = config.num_local_experts if hasattr(config, "num_local_experts") else config.num_experts, \
+                out.shape[-1]
+            dense.setdefault(layer, torch.zeros(ids.shape[1], n, width))[tokens, expert] = out
+        with EagerExperts(model, family, keep):
+            hf_forward(model, ids)
+        return [dense[layer].flatten(1).double().numpy() for layer in sorted(dense)]
     act = None if kind == "down" else _gelu_bloom() if family == "bloom" else _act(model.config)
     blocks = model.get_submodule(BLOCKS[family])
     seen = {}
@@ -236,12 +289,29 @@ def test_switching_neurons_off_equals_a_hand_edit_of_the_down_projection(family)
     from babelprobe.neurons.mlp import deactivated
 
     lm, (model, _) = family_lm(family), build(family)
-    off = {1: [0, 5, 17], lm.n_layers: [3, 40]}
+    n_units = lm.parts.width or 48  # a mixture of experts: E·I
+    off = {1: [0, n_units // 4 + 1, n_units // 2 + 2, 3 * n_units // 4 + 3], lm.n_layers: [3, n_units - 1]}
     ids = ids_of(lm, TEXTS["en"][1])
     with refuses(family, "intervene --method neurons"):
         with deactivated(lm, off):
             mine = hf_forward(model, ids).logits
     if EXPECTED[(family, "intervene --method neurons")] != "ok":
+        return
+    if family in MOE:  # the eager expert loop, each expert's selected units set to 0 in its act_fn output
+        per_expert = model.get_submodule(BLOCKS[family])[0].get_submodule(NEURONS[family][1]).down_proj.shape[-1]
+
+        def switch_off(layer, expert, tokens, out):
+            units = [i % per_expert for i in off.get(layer, []) if i // per_expert == expert]
+            out = out.clone()
+            out[:, units] = 0
+            return out
+        with EagerExperts(model, family, switch_off):
+            reference = hf_forward(model, ids).logits
+        with EagerExperts(model, family, lambda *a: None):
+            untouched = hf_forward(model, ids).logits
+        assert (reference - untouched).abs().max() > 1e-4
+        # babelprobe runs the grouped experts, the reference the eager loop: the same sums in another order
+        np.testing.assert_allclose(mine.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5 * reference.abs().max().item())
         return
     blocks = model.get_submodule(BLOCKS[family])
 
@@ -447,7 +517,7 @@ def family_table() -> str:
     for family in FAMILIES:
         model_type = CONFIGS[family](600).model_type
         source = "table" if model_type in families() else "structural rule"
-        cells = ["✓" if EXPECTED[(family, c)] == "ok" else "refused: MoE" for c in COMMANDS]
+        cells = ["✓" if EXPECTED[(family, c)] == "ok" else "refused: shared expert" for c in COMMANDS]
         lines.append(f"| {family} | {MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]} | {source} | " + " | ".join(cells)
                      + " |")
     lines.append("| mt5 | MT5ForConditionalGeneration | — | " + " | ".join(["refused: encoder-decoder"] * len(COMMANDS))

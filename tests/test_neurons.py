@@ -359,12 +359,13 @@ def test_N2_fewer_than_two_languages(tiny_long_dir, tmp_path, capsys):
 
 
 def test_N3_an_mlp_whose_neurons_cannot_be_read(tiny_long_dir, tmp_path, capsys, monkeypatch):
-    # the table says llama's MLPs are mixtures of experts (tests/test_families.py refuses a real Mixtral)
+    # the table says llama's MLPs are mixtures of experts with a shared expert (tests/test_families.py refuses
+    # a real Qwen2-MoE)
     from dataclasses import replace
 
     from babelprobe.sites import table
 
-    moe = {**table.families(), "llama": replace(table.families()["llama"], mlp="moe", activation="mlp")}
+    moe = {**table.families(), "llama": replace(table.families()["llama"], mlp="moe-shared", activation="mlp")}
     monkeypatch.setattr(table, "families", lambda: moe)
     refused(neurons_args(tiny_long_dir, tmp_path / "o"), capsys, tmp_path / "o",
             "the MLPs of llama are mixtures of experts (LlamaMLP)")

@@ -7,9 +7,11 @@ function (Tang et al. 2024, released `activation.py`: LLaMA's `SiLU(gate_proj(x)
 before the product with `up_proj(x)`; in a fused one (Phi-3) the activation of the gate half of
 `gate_up_proj(x)`; in a plain one (GPT-2, BLOOM, XGLM, Falcon, GPT-J, GPT-NeoX) `act(fc(x))`. Where each
 family computes it is declared in babelprobe/data/families.csv (`babelprobe.sites`): the neurons are read
-and written at the `mlp` site of each layer, a hook on that module whose output is [batch, seq, I]. A
-mixture-of-experts MLP (Mixtral, Qwen-MoE) is refused in one line: its neurons are per expert, computed
-only for the tokens routed to it. Neurons are numbered by layer as in docs/design.md "Layers
+and written at the `mlp` site of each layer, a hook on that module whose output is [batch, seq, I]. In a
+mixture of experts (Mixtral, Qwen3-MoE, OLMoE) neuron e·I + j is unit j of expert e, active on a token
+only when the token is routed to expert e (`sites.moe`: read from the experts' input, switched off by
+zeroing its column of the expert's down projection); one with a shared expert beside the routed ones
+(Qwen2-MoE) is refused in one line. Neurons are numbered by layer as in docs/design.md "Layers
 (numbering)": block i's MLP is layer i (1..L), its neurons 0..I-1.
 
 Counting keeps nothing per token (as `extract.capture.Pooler`): each hook adds, per neuron, the number of
@@ -28,6 +30,8 @@ MLP's down projection sees 0 there at every token; the hooks live while the cont
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import torch
@@ -35,6 +39,7 @@ import torch
 from babelprobe.errors import BabelprobeError
 from babelprobe.models import LoadedModel
 from babelprobe.sites import Hooks, mlp
+from babelprobe.sites.moe import switched_off
 
 
 def activation_modules(lm: LoadedModel) -> list[torch.nn.Module]:
@@ -143,15 +148,24 @@ class Deactivation:
         self.lm = lm
         self.neurons = as_neuron_sets(neurons, len(activation_modules(lm)), n_neurons(lm))
         self.hooks = Hooks(lm)
+        self._stack: contextlib.ExitStack | None = None
         self._placed: dict = {}
 
     def __enter__(self):
+        if self.lm.parts.routed:  # a mixture of experts: the down projections' columns (sites.moe)
+            self._stack = contextlib.ExitStack()
+            experts = {layer: self.lm.parts.activation(layer) for layer in self.neurons}
+            self._stack.enter_context(switched_off(experts, self.neurons))
+            return self
         for layer, indices in sorted(self.neurons.items()):
             self.hooks.write(mlp(layer), self._switch_off(layer, indices))
         return self
 
     def __exit__(self, *exc):
         self.hooks.close()
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
 
     def _switch_off(self, layer: int, indices: np.ndarray):
         def switch_off(output):

@@ -7,7 +7,8 @@ A site is a place in the forward pass (docs/design.md "Layers (numbering)", "Mod
                   embedding or embedding norm the model adds): a forward pre-hook on block 1
     residual(i)   the output of block i (1..L), before the final norm: a forward hook on block i
     mlp(i)        block i's MLP activation [.., I] (the neurons): a forward hook on the module that
-                  computes it (`Parts.activation`)
+                  computes it (`Parts.activation`); a mixture of experts' [tokens, E·I] (`sites.moe`),
+                  read only
 
 `Hooks(lm)` puts functions on sites while the context is open:
 
@@ -26,6 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.sites.moe import experts_input, routed_activation
 
 KINDS = ("residual", "mlp")
 
@@ -117,6 +121,8 @@ class Hooks:
 
     def _attach(self, site: Site, fn, write: bool, stop: bool) -> Hooks:
         module, entering = self.parts.site_module(site)
+        if site.kind == "mlp" and self.parts.routed:
+            return self._attach_routed(module, fn, write, stop)
         if entering:
             def pre_hook(module, args, kwargs):
                 new = fn(first_input(args, kwargs))
@@ -133,4 +139,18 @@ class Hooks:
                     raise StopForward
                 return with_hidden(output, new) if write else None
             self.handles.append(module.register_forward_hook(hook))
+        return self
+
+    def _attach_routed(self, experts, fn, write: bool, stop: bool) -> Hooks:
+        """A mixture of experts' neurons: read [tokens, E·I] from the experts' input (`sites.moe`); they are
+        switched off through the down projection (`sites.moe.switched_off`), not written here."""
+        if write:
+            raise BabelprobeError("the neurons of a mixture of experts are switched off with sites.moe.switched_off, "
+                                  "not written at their site")
+
+        def pre_hook(module, args, kwargs):
+            fn(routed_activation(module, *experts_input(args, kwargs)))
+            if stop:
+                raise StopForward
+        self.handles.append(experts.register_forward_pre_hook(pre_hook, with_kwargs=True))
         return self

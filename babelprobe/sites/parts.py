@@ -32,8 +32,9 @@ class Parts:
     device: torch.device | None = None  # the input device; logits come back there (a dispatched head may be elsewhere)
     logit_scale: float | None = None  # multiplies the head's logits (Cohere's `logit_scale`)
     logit_divisor: float | None = None  # divides them (Granite's `logits_scaling`)
-    activations: list[nn.Module] | None = None  # block i's MLP activation module at index i - 1
+    activations: list[nn.Module] | None = None  # block i's MLP activation module (moe: experts) at index i - 1
     width: int | None = None  # neurons per MLP (the activation's last dimension)
+    routed: bool = False  # `activations` are experts modules, their neurons read as `sites.moe` says
     family: object | None = None  # the `sites.table.Family` these were found by
     missing: dict[str, str] = field(default_factory=dict)  # "final_norm" / "mlp" -> why it is not there
 

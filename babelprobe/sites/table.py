@@ -15,7 +15,8 @@ module renaming). Paths are attribute paths (`model.layers`); `-` means the fami
     logit_scale   a config attribute multiplying the logits (Cohere), or `1/ATTR` dividing them (Granite)
     softcap       a config attribute c: logits -> c·tanh(logits/c) (Gemma-2/3)
     mlp           gated (act(gate)·up), fused-gated (gate and up in one projection: Phi-3), plain
-                  (act(fc)), moe (a mixture of experts)
+                  (act(fc)), moe (routed experts: neuron e·I + j is unit j of expert e, `sites.moe`),
+                  moe-shared (routed experts beside an always-on shared expert: its neurons are refused)
     activation    from a block: the module whose output is the neurons' activation [.., I] (moe: the experts)
     down          from a block: the projection that reads the activation (its input width is I)
 
@@ -42,10 +43,11 @@ import torch
 from torch import nn
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.sites.moe import check_layout
 from babelprobe.sites.parts import Parts
 
 NONE = "-"
-MLP_KINDS = ("gated", "fused-gated", "plain", "moe")
+MLP_KINDS = ("gated", "fused-gated", "plain", "moe", "moe-shared")
 TABLE = "babelprobe/data/families.csv"
 
 
@@ -147,9 +149,19 @@ def _from_row(model: nn.Module, row: Family) -> Parts:
                   head=_get(model, row.head, name), softcap=softcap,
                   logit_scale=scale[1] if scale and scale[0] == "multiply" else None,
                   logit_divisor=scale[1] if scale and scale[0] == "divide" else None, family=row)
-    if row.mlp == "moe":
+    if row.mlp == "moe-shared":
         parts.missing["mlp"] = _moe_refusal(name, _get(blocks[0], row.activation.rpartition(".")[0] or row.activation,
                                                        name))
+    elif row.mlp == "moe":
+        experts = [_get(block, row.activation, name) for block in blocks]
+        try:
+            per_expert = check_layout(experts[0], name)
+            parts.width = experts[0].gate_up_proj.shape[0] * per_expert
+        except BabelprobeError as err:  # only the neurons need the layout: refused where they are asked for
+            parts.missing["mlp"] = str(err)
+        else:
+            parts.activations, parts.routed = experts, True
+            _check_distinct(parts, name)
     else:
         parts.activations = [_get(block, row.activation, name) for block in blocks]
         parts.width = in_width(_get(blocks[0], row.down, name))
@@ -158,9 +170,9 @@ def _from_row(model: nn.Module, row: Family) -> Parts:
 
 
 def _moe_refusal(name: str, moe: nn.Module) -> str:
-    return (f"the MLPs of {name} are mixtures of experts ({type(moe).__name__}): a neuron there is one expert's unit, "
-            "computed only for the tokens routed to it, and babelprobe counts and switches off the neurons of "
-            "dense MLPs only")
+    return (f"the MLPs of {name} are mixtures of experts ({type(moe).__name__}) with a shared expert or a layout "
+            f"{TABLE} does not declare: babelprobe reads the neurons of dense MLPs and of routed experts alone "
+            "(Mixtral, Qwen3-MoE, OLMoE)")
 
 
 def _check_distinct(parts: Parts, name: str) -> None:
