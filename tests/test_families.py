@@ -383,6 +383,14 @@ def test_the_tables_embedding_columns_say_what_layer_0_holds():
     assert checked >= 15
 
 
+def test_every_row_of_the_table_has_a_tiny_model_here():
+    """A row added to babelprobe/data/families.csv comes with its family in this suite."""
+    from babelprobe.sites import families
+
+    covered = {CONFIGS[family](600).model_type for family in FAMILIES}
+    assert set(families()) <= covered, sorted(set(families()) - covered)
+
+
 def test_a_family_outside_the_table_that_scales_its_logits_is_refused(monkeypatch):
     from babelprobe.models import wrap_model
     from babelprobe.sites import table
