@@ -391,6 +391,24 @@ def test_every_row_of_the_table_has_a_tiny_model_here():
     assert set(families()) <= covered, sorted(set(families()) - covered)
 
 
+def test_a_row_that_does_not_fit_the_model_falls_back_to_the_checked_structural_rule(monkeypatch):
+    """A module renamed in another transformers version (GPT-NeoX's head: `embed_out` in 4.x, `lm_head` in 5,
+    the row says `lm_head|embed_out`), or remote code under a known model_type: the row's paths are tried,
+    then the structural rule, checked by the model's own forward."""
+    from dataclasses import replace
+
+    from babelprobe.models import wrap_model
+    from babelprobe.sites import table
+
+    model, tokenizer = build("gpt_neox")
+    assert wrap_model(model, tokenizer).parts.head is model.lm_head
+    moved = {**table.families(), "gpt_neox": replace(table.families()["gpt_neox"], blocks="gpt_neox.blocks")}
+    monkeypatch.setattr(table, "families", lambda: moved)
+    parts = wrap_model(model, tokenizer).parts
+    assert parts.family.source == "structural" and parts.layers is model.gpt_neox.layers
+    assert parts.final_norm is model.gpt_neox.final_layer_norm and not parts.missing
+
+
 def test_a_family_outside_the_table_that_scales_its_logits_is_refused(monkeypatch):
     from babelprobe.models import wrap_model
     from babelprobe.sites import table

@@ -2,7 +2,8 @@
 structural rule for a family the table lacks.
 
 One row per transformers `model_type` (anchors: TransformerLens's architecture adapters, nnsight's
-module renaming). Paths are attribute paths (`model.layers`); `-` means the family has none.
+module renaming). Paths are attribute paths (`model.layers`; `a|b`: the first that exists); `-` means the
+family has none.
 
     embed         the token embedding (from the *ForCausalLM model)
     embed_scale   what the embedding is multiplied by before block 1: a config attribute
@@ -108,23 +109,35 @@ def family_name(model: nn.Module) -> str:
 
 # ------------------------------------------------------------------------------------------- locating
 
+class RowMismatch(BabelprobeError):
+    """A family's row names a module this model does not have (another transformers version, remote code)."""
+
+
 def locate(model: nn.Module, table: dict[str, Family] | None = None) -> Parts:
-    """The `Parts` of a HF causal LM: by its family's row, else by the structural rule (module docstring)."""
+    """The `Parts` of a HF causal LM: by its family's row, else (no row, or a row that does not fit this
+    model) by the structural rule (module docstring)."""
     table = families() if table is None else table
     name = family_name(model)
     if name in table:
-        return _from_row(model, table[name])
+        try:
+            return _from_row(model, table[name])
+        except RowMismatch:
+            pass
     return _structural(model, name)
 
 
 def _get(root: nn.Module, path: str, family: str):
-    node = root
-    for part in path.split("."):
-        if not hasattr(node, part):
-            raise BabelprobeError(f"{type(root).__name__} has no {path}, where {TABLE} says {family} keeps it; "
-                                  "the row does not fit this model")
-        node = getattr(node, part)
-    return node
+    """The module at an attribute path; `a|b` names the first of two that exists (a module renamed between
+    transformers versions)."""
+    for choice in path.split("|"):
+        node = root
+        for part in choice.split("."):
+            node = getattr(node, part, None)
+            if node is None:
+                break
+        if node is not None:
+            return node
+    raise RowMismatch(f"{type(root).__name__} has no {path}, where {TABLE} says {family} keeps it")
 
 
 def _config_number(config, rule: str) -> tuple[str, float] | None:
@@ -141,7 +154,7 @@ def _from_row(model: nn.Module, row: Family) -> Parts:
     config, name = model.config, row.family
     blocks = _get(model, row.blocks, name)
     if not isinstance(blocks, nn.ModuleList):
-        raise BabelprobeError(f"{TABLE}: {name}'s blocks {row.blocks} is a {type(blocks).__name__}, not a ModuleList")
+        raise RowMismatch(f"{TABLE}: {name}'s blocks {row.blocks} is a {type(blocks).__name__}, not a ModuleList")
     scale = _config_number(config, row.logit_scale)
     softcap = getattr(config, row.softcap, None) if row.softcap != NONE else None
     parts = Parts(body=model.base_model, embed=_get(model, row.embed, name), layers=blocks,
