@@ -11,8 +11,8 @@ into rows of the model's context).
 
 The run (OUT/): inputs checked before the model loads (settings, items or corpus, two languages or
 more); then the model (its MLP neurons must be readable: `Parts.activation`, babelprobe/data/families.csv)
-and the tokens each language has (at least `min_tokens`), before anything is written. Writes `activation.h5`, `lape.csv`, `neurons.csv`
-(lape.py), `neurons.json` (the identity: model fingerprint, the texts, the window; the selection's
+and the tokens each language has (at least `min_tokens`), before anything is written. Writes
+`activation.h5`, `lape.csv`, `neurons.csv` (lape.py), `neurons.json` (the identity: model fingerprint, the texts, the window; the selection's
 settings, τ and τ_bar) and `figures/` (lape_layers, lape_overlap: `analysis.neurons`). The same command
 again reuses the counts; other LAPE settings only redo the selection.
 """
