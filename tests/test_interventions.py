@@ -450,3 +450,17 @@ def test_refit_after_erasing_the_probe_direction_is_cross_fitted():
         cross.append(_crossfit_f1(X, keys, settings, "ablate", 1.0, alpha=1.0))
     assert abs(np.mean(cross) - np.mean(base)) < 0.05
     assert np.mean(leaky) < np.mean(base) - 0.1
+
+
+def test_a_probe_without_direction_says_what_happened():
+    """Default intervene on tiny data can peak at layer 0, where texts that end in the same token have the same
+    last-token state: the message says so (both labels present), it does not guess at one label."""
+    from babelprobe.errors import BabelprobeError
+    from babelprobe.interventions.directions import fitted_direction
+
+    X = np.tile(np.linspace(-1, 1, 8, dtype=np.float32), (6, 1))
+    with pytest.raises(BabelprobeError, match=r"en layer 0 has no direction: its 6 states are identical "
+                                              r"\(both labels present: 3 and 3\)"):
+        fitted_direction(X, np.array([0, 1, 0, 1, 0, 1]), 1.0, where="en layer 0")
+    with pytest.raises(BabelprobeError, match="its 6 rows all have label 1"):
+        fitted_direction(X + np.arange(6)[:, None], np.ones(6, dtype=int), 1.0)

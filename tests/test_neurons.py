@@ -358,11 +358,17 @@ def test_N2_fewer_than_two_languages(tiny_long_dir, tmp_path, capsys):
     refused(argv, capsys, tmp_path / "o", "LAPE compares languages: the texts have only en")
 
 
-def test_N3_an_unknown_mlp(tiny_long_dir, tmp_path, capsys, monkeypatch):
-    from babelprobe.neurons import mlp
+def test_N3_an_mlp_whose_neurons_cannot_be_read(tiny_long_dir, tmp_path, capsys, monkeypatch):
+    # the table says llama's MLPs are mixtures of experts with a shared expert (tests/test_families.py refuses
+    # a real Qwen2-MoE)
+    from dataclasses import replace
 
-    monkeypatch.delitem(mlp.ACTIVATIONS, "LlamaMLP")
-    refused(neurons_args(tiny_long_dir, tmp_path / "o"), capsys, tmp_path / "o", "unknown MLP LlamaMLP in")
+    from babelprobe.sites import table
+
+    moe = {**table.families(), "llama": replace(table.families()["llama"], mlp="moe-shared", activation="mlp")}
+    monkeypatch.setattr(table, "families", lambda: moe)
+    refused(neurons_args(tiny_long_dir, tmp_path / "o"), capsys, tmp_path / "o",
+            "the MLPs of llama are mixtures of experts (LlamaMLP)")
 
 
 def test_N4_neurons_of_another_model(neu, tiny_dir, tmp_path, capsys):

@@ -34,8 +34,9 @@ from importlib.metadata import PackageNotFoundError, version
 import torch
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.extract.capture import Pooler, StopForward, first_input, hidden_of
+from babelprobe.extract.capture import Pooler, StopForward
 from babelprobe.models import LoadedModel
+from babelprobe.sites import Hooks, residual
 
 BACKENDS = ("hf", "transformer_lens", "nnsight")
 
@@ -70,47 +71,31 @@ class Backend:
 
 
 class HFBackend(Backend):
-    """Forward pre-hook on block 1 (layer 0) and forward hooks on each requested block."""
+    """Reads at the residual sites of the requested layers (`babelprobe.sites.Hooks`: a forward pre-hook on
+    block 1 for layer 0, a forward hook on block i for layer i) and stops after the last one."""
 
     name = "hf"
 
     def __init__(self, lm: LoadedModel, layers: list[int]):
         super().__init__(lm, layers)
         self.pooler: Pooler | None = None
-        blocks = lm.parts.layers
-        self.handles = []
-        if 0 in self.column:
-            self.handles.append(blocks[0].register_forward_pre_hook(self._entering, with_kwargs=True))
+        self.hooks = Hooks(lm)
         for layer in self.layers:
-            if layer > 0:
-                self.handles.append(blocks[layer - 1].register_forward_hook(self._leaving(layer)))
+            self.hooks.read(residual(layer), self._reader(layer), stop=layer == self.layers[-1])
 
-    def _entering(self, module, args, kwargs):
-        self._add(0, first_input(args, kwargs))
-
-    def _leaving(self, layer: int):
-        def hook(module, args, output):
-            self._add(layer, hidden_of(output))
-        return hook
-
-    def _add(self, layer: int, hidden: torch.Tensor) -> None:
-        self.pooler.add(self.column[layer], hidden)
-        if layer == self.layers[-1]:
-            raise StopForward
+    def _reader(self, layer: int):
+        column = self.column[layer]
+        return lambda hidden: self.pooler.add(column, hidden)
 
     def run(self, batch, pooler):
         self.pooler = pooler
         try:
-            self.lm.parts.body(**batch, use_cache=False)
-        except StopForward:
-            pass
+            self.hooks.run(batch)
         finally:
             self.pooler = None
 
     def close(self):
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        self.hooks.close()
 
 
 def _shallow_clone(model: torch.nn.Module) -> torch.nn.Module:

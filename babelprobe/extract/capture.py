@@ -8,7 +8,7 @@ one layer ([batch, seq, d_model], as the model computes them) the moment they ex
 in float32 buffers [batch, n_layers_stored, d_model] on the device. Nothing else is kept, so memory
 does not grow with the number of layers times the sequence length.
 
-`StopForward` is raised after the last requested layer: the rest of the network (final norm, and the
+`StopForward` (`babelprobe.sites`) is raised after the last requested layer: the rest of the network (final norm, and the
 vocabulary projection, which is most of a small multilingual model's compute) never runs.
 
 A model dispatched over several devices (`load_model(device_map=...)`) hands over each layer on the
@@ -23,25 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-
-class StopForward(Exception):
-    """Raised from the hook of the last requested layer to end the forward pass there."""
-
-
-def hidden_of(output):
-    """The hidden-state tensor of a block's output: a bare tensor (transformers 5) or a tuple's first item."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, (tuple, list)):
-        return output[0]
-    if hasattr(output, "last_hidden_state"):
-        return output.last_hidden_state
-    raise TypeError(f"cannot find the hidden states in a block output of type {type(output).__name__}")
-
-
-def first_input(args, kwargs):
-    """The hidden states entering a block (first positional argument or `hidden_states=`)."""
-    return args[0] if args else kwargs["hidden_states"]
+# the site mechanism's names, kept here for the code that imports them from extraction
+from babelprobe.sites.hooks import StopForward, first_input, hidden_of  # noqa: F401
 
 
 class Pooler:

@@ -285,7 +285,8 @@ def group_directions(probes: Probes, group, layer: int, X: np.ndarray, labels: n
         units[f"random-{k}"] = draw / np.linalg.norm(draw)
     permuted = group_rng(seed, where, "shuffled labels").permutation(labels)
     if shuffled:
-        units["shuffled"] = fitted_direction(X, permuted, probes.probe(group, layer).C)
+        units["shuffled"] = fitted_direction(X, permuted, probes.probe(group, layer).C,
+                                             where=f"the shuffled-label control of {where}")
     components = {kind: X @ u for kind, u in units.items()}
     out = Directions(layer=layer, units=units, sigma=float(components["probe"].std()),
                      midpoint={k: _class_midpoint(c, labels) for k, c in components.items()},
@@ -297,9 +298,10 @@ def group_directions(probes: Probes, group, layer: int, X: np.ndarray, labels: n
     return out
 
 
-def fitted_direction(X: np.ndarray, labels: np.ndarray, C: float) -> np.ndarray:
+def fitted_direction(X: np.ndarray, labels: np.ndarray, C: float, where: str = "a probe") -> np.ndarray:
     """The unit direction of a logistic probe (standardised features, this C; the sweep's solver) fitted on
-    all rows of X with these labels (permuted ones for the shuffled control)."""
+    all rows of X with these labels (permuted ones for the shuffled control); a one-line error saying why
+    when the fit has no direction (`where` names the probe)."""
     from babelprobe.probes.solvers import fit_predict
 
     _, fit = fit_predict(X[:, None, :].astype(np.float32), labels[None], np.ones((1, len(labels)), dtype=bool), C,
@@ -307,9 +309,23 @@ def fitted_direction(X: np.ndarray, labels: np.ndarray, C: float) -> np.ndarray:
     coef = fit.coef[0, 0]
     norm = np.linalg.norm(coef)
     if not np.isfinite(norm) or norm == 0:
-        raise BabelprobeError("a probe fitted for a direction has none (one label only?); for the shuffled control "
-                              "pass --no-shuffled")
+        raise BabelprobeError(f"{where} has no direction: {why_no_direction(X, labels)}; for the shuffled control "
+                              "pass --no-shuffled, or choose other --layers")
     return coef / norm
+
+
+def why_no_direction(X: np.ndarray, labels: np.ndarray) -> str:
+    """What made a probe fit on X [n, d] and 0/1 labels come out all zero (or not finite)."""
+    counts = np.bincount(np.asarray(labels, dtype=int), minlength=2)
+    if counts.min() == 0:
+        return f"its {len(labels)} rows all have label {int(np.argmax(counts))}"
+    X = np.asarray(X, dtype=np.float64)
+    if not np.isfinite(X).all():
+        return "its states hold NaN or infinite values"
+    if np.ptp(X, axis=0).max() == 0:
+        return (f"its {len(X)} states are identical (both labels present: {counts[0]} and {counts[1]}), so nothing "
+                "separates them; e.g. layer 0 of texts that end in the same token")
+    return f"the fit gave all-zero weights although both labels are present ({counts[0]} and {counts[1]})"
 
 
 def fold_edit(method: str, X: np.ndarray, labels: np.ndarray, C: float, alpha: float, ablate_to: str) -> Edit:

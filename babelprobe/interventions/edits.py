@@ -11,10 +11,9 @@ An edit maps hidden states [..., d] to edited ones (computed in float32, cast ba
     Patch(rows, cols, values)  h[rows, cols] = values       activation patching: given states written at given
                                                             positions of the batch (`babelprobe patch`)
 
-`Intervention(lm, {layer: edit})` puts the edits on the model with the same kind of hooks the hf
-extraction backend reads states with (`babelprobe.extract.backends.HFBackend`), at the same places
-(docs/design.md "Layers (numbering)"): layer 0 edits the hidden states entering block 1 (a forward
-pre-hook), layer i the output of block i (a forward hook). While it is open, every forward pass of the
+`Intervention(lm, {layer: edit})` writes the edits at the residual sites (`babelprobe.sites.Hooks`, the
+mechanism the hf extraction backend reads states with, docs/design.md "Layers (numbering)"): layer 0
+edits the hidden states entering block 1, layer i the output of block i. While it is open, every forward pass of the
 model sees the edited states: the direct and meta scorers, and the extraction hooks registered after it
 (which therefore read the edited state at the edited layer). The hooks are removed on exit.
 
@@ -29,8 +28,8 @@ import numpy as np
 import torch
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.extract.capture import first_input, hidden_of
 from babelprobe.models import LoadedModel
+from babelprobe.sites import Hooks, residual
 
 
 class Edit:
@@ -135,17 +134,6 @@ def fit_leace(X: np.ndarray, labels: np.ndarray):
     return LeaceEraser.fit(x, z)
 
 
-def _with_hidden(output, hidden: torch.Tensor):
-    """A block's output with its hidden states replaced (the same shape of output: a tensor or a tuple)."""
-    if isinstance(output, torch.Tensor):
-        return hidden
-    if isinstance(output, tuple):
-        return (hidden, *output[1:])
-    if isinstance(output, list):
-        return [hidden, *output[1:]]
-    raise TypeError(f"cannot replace the hidden states in a block output of type {type(output).__name__}")
-
-
 class Intervention:
     """Hooks that apply `edits` ({layer: Edit}) while the context is open (module docstring)."""
 
@@ -155,21 +143,16 @@ class Intervention:
         if bad:
             raise BabelprobeError(f"cannot edit layer {bad[0]}: layers are 0..{lm.n_layers} (0 = embeddings)")
         self.where: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.handles: list = []
+        self.hooks = Hooks(lm)
 
     def __enter__(self):
-        blocks = self.lm.parts.layers
+        self.hooks = Hooks(self.lm)
         for layer, edit in sorted(self.edits.items()):
-            if layer == 0:
-                self.handles.append(blocks[0].register_forward_pre_hook(self._entering(edit), with_kwargs=True))
-            else:
-                self.handles.append(blocks[layer - 1].register_forward_hook(self._leaving(edit)))
+            self.hooks.write(residual(layer), self._editor(edit))
         return self
 
     def __exit__(self, *exc):
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        self.hooks.close()
 
     def edited(self, edit: Edit, hidden: torch.Tensor) -> torch.Tensor:
         """`hidden` [batch, seq, d] with the edit applied at every position or at `where`."""
@@ -181,15 +164,5 @@ class Intervention:
         out[rows, cols] = edit(h[rows, cols])
         return out.to(hidden.dtype)
 
-    def _entering(self, edit: Edit):
-        def hook(module, args, kwargs):
-            new = self.edited(edit, first_input(args, kwargs))
-            if args:
-                return (new, *args[1:]), kwargs
-            return args, {**kwargs, "hidden_states": new}
-        return hook
-
-    def _leaving(self, edit: Edit):
-        def hook(module, args, output):
-            return _with_hidden(output, self.edited(edit, hidden_of(output)))
-        return hook
+    def _editor(self, edit: Edit):
+        return lambda hidden: self.edited(edit, hidden)

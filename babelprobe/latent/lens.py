@@ -1,7 +1,7 @@
 """The logit lens with language attribution: what each layer would predict next, and in which language.
 
 Every layer's stored last-token state goes through the model's own final norm and unembedding (and
-final-logit soft-capping, if the model has it), exactly as the model treats its last layer, so at the
+logit scale and final-logit soft-capping, if the model has them), exactly as the model treats its last layer, so at the
 last layer the lens is the model's real next-token distribution (docs/design.md: layer L in a store is
 the output of the last block, before the final norm). No model re-run is needed for states a store
 holds; prompts whose next token is the answer (the meta question) are extracted once into a store of
@@ -52,12 +52,12 @@ ORDERS = ("gf", "bf")
 
 def lens_logits(lm: LoadedModel, hidden: torch.Tensor) -> torch.Tensor:
     """float32 next-token logits [rows, vocab] from pre-final-norm states [rows, d_model] of any layer:
-    the model's final norm, head and soft-capping (`Parts.logits`)."""
+    the model's final norm (`Parts.normed`: refused in one line where it was not found), head, logit scale
+    and soft-capping (`Parts.logits`), the sites of babelprobe/data/families.csv."""
     parts = lm.parts
     hidden = hidden.to(device=lm.device, dtype=lm.dtype)
     with torch.inference_mode():
-        normed = parts.final_norm(hidden) if parts.final_norm is not None else hidden
-        return parts.logits(normed).float()
+        return parts.logits(parts.normed(hidden)).float()
 
 
 def _set_stats(logits: torch.Tensor, logp: torch.Tensor, sets: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import is_peak
@@ -30,6 +31,23 @@ from babelprobe.interventions.source import EditSource
 from babelprobe.neurons.mlp import Deactivation, activation_modules, n_neurons
 from babelprobe.neurons.run import read_run
 from babelprobe.probes.controls import group_rng
+
+
+def with_neurons(sets: dict, explicit: bool, where: str, top_rate: float, bar: float) -> tuple[str, ...]:
+    """The languages of `sets` ({language: {layer: indices}}) that have neurons to switch off. Switching
+    nothing off has no effect to report (a tiny or degenerate model can select none: OLMo-2's activation
+    probabilities sit at 1, so none exceeds τ_bar): a language named by --off without neurons is refused,
+    one of the default (every language) left out with a note, and no language with neurons is refused."""
+    empty = [code for code, chosen in sets.items() if not any(len(v) for v in chosen.values())]
+    if not empty:
+        return tuple(sets)
+    why = (f"{where} selects no neurons of {', '.join(empty)} at --top-rate {top_rate:g} (a neuron belongs to the "
+           f"languages whose activation probability exceeds τ_bar = {'?' if bar is None else f'{bar:.3g}'})")
+    if explicit or len(empty) == len(sets):
+        raise BabelprobeError(f"{why}; switching nothing off has no effect to report: choose --off among languages "
+                              "with neurons, or select again (`babelprobe neurons` with a larger --top-rate, or on more text)")
+    tqdm.write(f"babelprobe: {why}: leaving {'it' if len(empty) == 1 else 'them'} out of --off")
+    return tuple(code for code in sets if code not in empty)
 
 
 class NeuronDeactivation(EditSource):
@@ -51,9 +69,9 @@ class NeuronDeactivation(EditSource):
         if unknown:
             raise BabelprobeError(f"--off {unknown[0]}: the neurons in {self.path} are of "
                                   f"{', '.join(self.lape.languages)}")
-        self.off = settings.off or tuple(self.lape.languages)
         self.top_rate = float(settings.top_rate) if settings.top_rate is not None else self.lape.top_rates[0]
-        self.sets = {code: self.lape.neurons(code, self.top_rate) for code in self.off}
+        self.sets = {code: self.lape.neurons(code, self.top_rate) for code in settings.off or self.lape.languages}
+        self.off = with_neurons(self.sets, bool(settings.off), f"--neurons {self.path}", self.top_rate, self.lape.bar)
         self.unit = "probe_group" if probes is not None and "probe" in settings.readouts else "language"
 
     def identity(self) -> dict:

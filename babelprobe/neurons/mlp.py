@@ -1,12 +1,18 @@
-"""The MLP neurons of a model, inside the forward pass: where their activation is, counting how often it
-is positive (`NeuronCounter`), and switching some of them off (`Deactivation`, `deactivated`).
+"""The MLP neurons of a model, inside the forward pass: counting how often their activation is positive
+(`NeuronCounter`), and switching some of them off (`Deactivation`, `deactivated`).
 
 A neuron is one of the I units of a block's MLP, and its activation the output of the MLP's activation
-function (Tang et al. 2024, released `activation.py`): in a gated MLP (Llama, Gemma, Qwen, Mistral)
-`act_fn(gate_proj(x))`, before the product with `up_proj(x)`; in GPT-2 `mlp.act(c_fc(x))`. `ACTIVATIONS`
-maps each known MLP class to the attribute holding that activation module, so a forward hook on it sees
-the activations [batch, seq, I] and can replace them. Neurons are numbered by layer as in docs/design.md
-"Layers (numbering)": block i's MLP is layer i (1..L), its neurons 0..I-1.
+function (Tang et al. 2024, released `activation.py`: LLaMA's `SiLU(gate_proj(x))`, BLOOM's
+`gelu_impl(dense_h_to_4h(x))`): in a gated MLP (Llama, Gemma, Qwen, Mistral, Cohere, OLMo) `act_fn(gate_proj(x))`,
+before the product with `up_proj(x)`; in a fused one (Phi-3) the activation of the gate half of
+`gate_up_proj(x)`; in a plain one (GPT-2, BLOOM, XGLM, Falcon, GPT-J, GPT-NeoX) `act(fc(x))`. Where each
+family computes it is declared in babelprobe/data/families.csv (`babelprobe.sites`): the neurons are read
+and written at the `mlp` site of each layer, a hook on that module whose output is [batch, seq, I]. In a
+mixture of experts (Mixtral, Qwen3-MoE, OLMoE) neuron e·I + j is unit j of expert e, active on a token
+only when the token is routed to expert e (`sites.moe`: read from the experts' input, switched off by
+zeroing its column of the expert's down projection); one with a shared expert beside the routed ones
+(Qwen2-MoE) is refused in one line. Neurons are numbered by layer as in docs/design.md "Layers
+(numbering)": block i's MLP is layer i (1..L), its neurons 0..I-1.
 
 Counting keeps nothing per token (as `extract.capture.Pooler`): each hook adds, per neuron, the number of
 counted tokens whose activation is > 0 into an int64 [I] buffer on the device (a NaN activation would
@@ -24,44 +30,28 @@ MLP's down projection sees 0 there at every token; the hooks live while the cont
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pandas as pd
 import torch
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.extract.capture import StopForward
 from babelprobe.models import LoadedModel
-
-# MLP class -> the attribute holding its activation module (whose output is the neurons' activations)
-ACTIVATIONS = {
-    "LlamaMLP": "act_fn", "MistralMLP": "act_fn", "Qwen2MLP": "act_fn", "Qwen3MLP": "act_fn",
-    "GemmaMLP": "act_fn", "Gemma2MLP": "act_fn", "Gemma3MLP": "act_fn", "OlmoMLP": "act_fn", "Olmo2MLP": "act_fn",
-    "Phi3MLP": "activation_fn", "GPT2MLP": "act", "GPTNeoXMLP": "act",
-}
+from babelprobe.sites import Hooks, mlp
+from babelprobe.sites.moe import switched_off
 
 
 def activation_modules(lm: LoadedModel) -> list[torch.nn.Module]:
-    """The activation module of every block's MLP, block 1 first; a one-line error naming an MLP class
-    this map does not know."""
-    found = []
-    for block in lm.parts.layers:
-        mlp = getattr(block, "mlp", None)
-        kind = type(mlp).__name__ if mlp is not None else f"{type(block).__name__} (no .mlp)"
-        if kind not in ACTIVATIONS:
-            raise BabelprobeError(f"unknown MLP {kind} in {lm.name}: neurons are found in "
-                                  f"{', '.join(sorted(ACTIVATIONS))} (babelprobe/neurons/mlp.py ACTIVATIONS)")
-        found.append(getattr(mlp, ACTIVATIONS[kind]))
-    if len({id(m) for m in found}) < len(found):
-        raise BabelprobeError(f"the MLPs of {lm.name} share one activation module; a hook on it cannot tell the "
-                              "layers apart")
-    return found
+    """The activation module of every block's MLP, block 1 first (`Parts.activation`); a one-line error for
+    a family whose neurons cannot be read (module docstring)."""
+    return [lm.parts.activation(layer) for layer in range(1, lm.n_layers + 1)]
 
 
 def n_neurons(lm: LoadedModel) -> int:
     """I, the neurons of each MLP (the width of its activation)."""
-    config = lm.model.config
-    return int(getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
-               or 4 * config.hidden_size)
+    activation_modules(lm)  # refuses a family without readable neurons
+    return int(lm.parts.width)
 
 
 def count_mask(attention_mask: torch.Tensor, skip_bos: bool) -> torch.Tensor:
@@ -84,27 +74,23 @@ class NeuronCounter:
 
     def __init__(self, lm: LoadedModel):
         self.lm = lm
-        self.modules = activation_modules(lm)
+        self.n_layers = len(activation_modules(lm))
         self.skip_bos = lm.bos_policy == "bos"
-        self.counts: list[torch.Tensor | None] = [None] * len(self.modules)
+        self.counts: list[torch.Tensor | None] = [None] * self.n_layers
         self.n_tokens = 0
-        self.handles: list = []
+        self.hooks = Hooks(lm)
         self._masks: dict = {}
 
     def __enter__(self):
-        for layer, module in enumerate(self.modules):
-            self.handles.append(module.register_forward_hook(self._hook(layer)))
+        for layer in range(1, self.n_layers + 1):
+            self.hooks.read(mlp(layer), self._counter(layer - 1), stop=layer == self.n_layers)
         return self
 
     def __exit__(self, *exc):
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        self.hooks.close()
 
-    def _hook(self, index: int):
-        last = index == len(self.modules) - 1
-
-        def hook(module, args, output):
+    def _counter(self, index: int):
+        def count(output):
             # 1 where the activation is > 0, else 0, then the counted tokens' sum as one matrix-vector
             # product: float ops and BLAS, several times faster on a CPU than a boolean reduction; the
             # sums are integers, exact in the weights' dtype (`run` picks float64 beyond 2^24 tokens)
@@ -112,9 +98,7 @@ class NeuronCounter:
             positive = output.clamp(min=0).sign_().reshape(-1, output.shape[-1]).to(weights.dtype)
             counted = (weights @ positive).to(torch.int64)
             self.counts[index] = counted if self.counts[index] is None else self.counts[index] + counted
-            if last:
-                raise StopForward
-        return hook
+        return count
 
     def _mask_on(self, device) -> torch.Tensor:
         if device not in self._masks:
@@ -127,18 +111,15 @@ class NeuronCounter:
         dtype = torch.float32 if mask.numel() < 2 ** 24 else torch.float64
         self._masks = {mask.device: mask.reshape(-1).to(dtype)}
         self.n_tokens += int(mask.sum())
-        try:
-            with torch.inference_mode():
-                self.lm.parts.body(**batch, use_cache=False)
-        except StopForward:
-            pass
+        with torch.inference_mode():
+            self.hooks.run(batch)
 
     def take(self) -> tuple[np.ndarray, int]:
         """(int64 [L, I] counts, tokens counted) since the last `take`; both start again from 0."""
         width = n_neurons(self.lm)
         out = np.stack([c.cpu().numpy().astype(np.int64) if c is not None else np.zeros(width, np.int64)
                         for c in self.counts])
-        n, self.counts, self.n_tokens = self.n_tokens, [None] * len(self.modules), 0
+        n, self.counts, self.n_tokens = self.n_tokens, [None] * self.n_layers, 0
         return out, n
 
 
@@ -165,30 +146,36 @@ class Deactivation:
 
     def __init__(self, lm: LoadedModel, neurons):
         self.lm = lm
-        self.modules = activation_modules(lm)
-        self.neurons = as_neuron_sets(neurons, len(self.modules), n_neurons(lm))
-        self.handles: list = []
+        self.neurons = as_neuron_sets(neurons, len(activation_modules(lm)), n_neurons(lm))
+        self.hooks = Hooks(lm)
+        self._stack: contextlib.ExitStack | None = None
         self._placed: dict = {}
 
     def __enter__(self):
+        if self.lm.parts.routed:  # a mixture of experts: the down projections' columns (sites.moe)
+            self._stack = contextlib.ExitStack()
+            experts = {layer: self.lm.parts.activation(layer) for layer in self.neurons}
+            self._stack.enter_context(switched_off(experts, self.neurons))
+            return self
         for layer, indices in sorted(self.neurons.items()):
-            self.handles.append(self.modules[layer - 1].register_forward_hook(self._hook(layer, indices)))
+            self.hooks.write(mlp(layer), self._switch_off(layer, indices))
         return self
 
     def __exit__(self, *exc):
-        for handle in self.handles:
-            handle.remove()
-        self.handles = []
+        self.hooks.close()
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
 
-    def _hook(self, layer: int, indices: np.ndarray):
-        def hook(module, args, output):
+    def _switch_off(self, layer: int, indices: np.ndarray):
+        def switch_off(output):
             key = (layer, output.device)
             if key not in self._placed:
                 self._placed[key] = torch.as_tensor(indices, device=output.device)
             if output.requires_grad:  # an activation's backward may need its output as it was
                 return output.index_fill(-1, self._placed[key], 0)
             return output.index_fill_(-1, self._placed[key], 0)
-        return hook
+        return switch_off
 
 
 def deactivated(lm: LoadedModel, neurons) -> Deactivation:

@@ -10,9 +10,9 @@ into rows of `--window` tokens with BOS first, as the released `activation.py` c
 into rows of the model's context).
 
 The run (OUT/): inputs checked before the model loads (settings, items or corpus, two languages or
-more); then the model (its MLPs must be known: `mlp.ACTIVATIONS`) and the tokens each language has (at
-least `min_tokens`), before anything is written. Writes `activation.h5`, `lape.csv`, `neurons.csv`
-(lape.py), `neurons.json` (the identity: model fingerprint, the texts, the window; the selection's
+more); then the model (its MLP neurons must be readable: `Parts.activation`, babelprobe/data/families.csv)
+and the tokens each language has (at least `min_tokens`), before anything is written. Writes
+`activation.h5`, `lape.csv`, `neurons.csv` (lape.py), `neurons.json` (the identity: model fingerprint, the texts, the window; the selection's
 settings, τ and τ_bar) and `figures/` (lape_layers, lape_overlap: `analysis.neurons`). The same command
 again reuses the counts; other LAPE settings only redo the selection.
 """
@@ -165,7 +165,7 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
     if not overwrite:
         read_manifest(out / MANIFEST)  # a damaged manifest is refused before the model loads
     lm = as_model(model, load_options)
-    activation_modules(lm)  # an unknown MLP is refused before any work
+    activation_modules(lm)  # MLP neurons babelprobe cannot read are refused before any work
     window = settings.window if corpus is not None else None
     encodings = {code: encodings_of(lm, values, window) for code, values in texts.items()}
     short = {code: n for code in sorted(encodings) if (n := counted_tokens(lm, encodings[code])) < min_tokens}

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from babelprobe.benchmarks.core.logprobs import LOGIT_CHUNK_BYTES
-from babelprobe.extract.capture import hidden_of
 from babelprobe.interventions.edits import Intervention, Patch
 from babelprobe.models import Encoding, LoadedModel, length_batches, pad_batch
+from babelprobe.sites import Hooks, residual
 
 UNPATCHED = (-1, ())  # a copy that writes nothing: the target's own run
 
@@ -61,33 +61,29 @@ def read_states(lm: LoadedModel, encodings: list[Encoding], at: list[int], read:
     """The block outputs 1..L of each text at its position `at[i]` ([n, L, d] float32, on the model's
     device), and its final states at the positions `read[i]` (a [len(read[i]), d] float32 tensor each),
     from one plain forward pass per batch."""
-    n, blocks = len(encodings), lm.parts.layers
+    n, n_layers = len(encodings), lm.n_layers
     finals: list[torch.Tensor | None] = [None] * n
     current: dict = {}
 
-    def hook_for(layer: int):
-        def hook(module, args, output):
-            h = hidden_of(output)
+    def reader(layer: int):
+        def read(h):
             rows, cols = current["rows"].to(h.device), current["cols"].to(h.device)
             states[current["batch"], layer - 1] = h[rows, cols].float().to(states.device)
-        return hook
+        return read
 
-    handles = [block.register_forward_hook(hook_for(j + 1)) for j, block in enumerate(blocks)]
-    try:
-        with torch.inference_mode():
-            states = torch.empty((n, len(blocks), lm.d_model), dtype=torch.float32, device=lm.device)
-            for batch in length_batches([len(e.ids) for e in encodings], batch_tokens):
-                padded = pad_batch([encodings[i] for i in batch], lm.pad_token_id, padding_side, lm.device)
-                width = padded["input_ids"].shape[1]
-                shift = [width - len(encodings[i].ids) if padding_side == "left" else 0 for i in batch]
-                current.update(batch=torch.tensor(batch, device=lm.device), rows=torch.arange(len(batch)),
-                               cols=torch.tensor([s + at[i] for s, i in zip(shift, batch)]))
-                hidden = lm.parts.body(**padded, use_cache=False).last_hidden_state
-                for row, (s, i) in enumerate(zip(shift, batch)):
-                    finals[i] = hidden[row, [s + p for p in read[i]]].float()
-    finally:
-        for handle in handles:
-            handle.remove()
+    with Hooks(lm) as hooks, torch.inference_mode():
+        for layer in range(1, n_layers + 1):
+            hooks.read(residual(layer), reader(layer))
+        states = torch.empty((n, n_layers, lm.d_model), dtype=torch.float32, device=lm.device)
+        for batch in length_batches([len(e.ids) for e in encodings], batch_tokens):
+            padded = pad_batch([encodings[i] for i in batch], lm.pad_token_id, padding_side, lm.device)
+            width = padded["input_ids"].shape[1]
+            shift = [width - len(encodings[i].ids) if padding_side == "left" else 0 for i in batch]
+            current.update(batch=torch.tensor(batch, device=lm.device), rows=torch.arange(len(batch)),
+                           cols=torch.tensor([s + at[i] for s, i in zip(shift, batch)]))
+            hidden = hooks.run(padded).last_hidden_state
+            for row, (s, i) in enumerate(zip(shift, batch)):
+                finals[i] = hidden[row, [s + p for p in read[i]]].float()
     return states, finals
 
 
