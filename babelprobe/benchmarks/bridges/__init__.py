@@ -40,7 +40,14 @@ on stderr, in `data.attrs` and in the summary; a missing column or a Belebele `c
 outside 1–4 is an error naming the file and line.
 """
 
-from babelprobe.benchmarks.bridges.settings import BRIDGES, REDUCTIONS, Release, Settings, answerer  # noqa: F401
+from babelprobe.benchmarks.bridges.settings import (  # noqa: F401
+    BRIDGES,
+    HARNESS_SCORED,
+    REDUCTIONS,
+    Release,
+    Settings,
+    answerer,
+)
 
 
 def __getattr__(name: str):
