@@ -129,7 +129,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     from babelprobe.analysis import methods
     from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
     from babelprobe.benchmarks.scoring import score_pairs
-    from babelprobe.items import items_hash, load_items, strongest_distractor, to_pairs
+    from babelprobe.items import items_hash, load_items, probe_target, strongest_distractor, to_pairs
     from babelprobe.models import load_model
     from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.runs import open_run
@@ -156,7 +156,8 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     else:
         lm = model
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
-                   record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings)},
+                   record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings),
+                           "probe_target": probe_target(items)},
                    manifest=MANIFEST, overwrite=overwrite, outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()),
                    what="a comparison of another model or item set")
     acts = Path(acts) if acts is not None else out / "acts"

@@ -553,6 +553,18 @@ def strongest_distractor(items: pd.DataFrame, scores: pd.Series | None = None) -
     return bad.loc[values.groupby(bad["pair_id"], sort=False).idxmax()].set_index("pair_id")["item_id"]
 
 
+def probe_target(items: pd.DataFrame) -> str:
+    """What probes on these items learn to tell apart, in words (compare.json records it): a minimal pair's
+    acceptable and unacceptable sentence, or a question's gold option and its other options (items with a
+    `gold` field: the bridges', lm-evaluation-harness tasks')."""
+    if "gold" in items.columns or (items.groupby("pair_id")["item_id"].size() > 2).any():
+        return ("multiple choice: the state of each question's gold option (label 1) against each of its other "
+                "options' (label 0); grouped folds keep a question's options (one pair_id: a harness document) "
+                "together; a question is right where its gold option has the highest probe score")
+    return ("minimal pairs: the acceptable sentence's state (label 1) against the unacceptable one's (label 0); "
+            "grouped folds keep a pair together; a pair is right where the acceptable one scores higher")
+
+
 # ------------------------------------------------------------------------------- bundled: xcomps-sample
 
 def build_xcomps_sample() -> pd.DataFrame:

@@ -107,11 +107,15 @@ def harness():
     return lm_eval
 
 
-@cache
 def task_manager(include_path: str | None = None):
     """The harness's TaskManager: its installed tasks, then `include_path`'s (which override them, as in the
     harness). Built once per folder: indexing the installed tasks reads ~15k YAML files."""
-    harness()
+    harness()  # every time: an uninstalled harness is one line even after a manager was built
+    return _task_manager(include_path)
+
+
+@cache
+def _task_manager(include_path: str | None):
     from lm_eval.tasks import TaskManager
 
     with _quiet():
