@@ -52,8 +52,8 @@ BUNDLED = {s.name: s for s in (
     BundledSet("pawsx-sample", "pawsx", "bridges/pawsx_sample",
                "PAWS-X-style paraphrase pairs in 5 languages (3 scripts), written for babelprobe"),
     BundledSet("lm-eval-sample", "lm-eval", "lmeval_sample",
-               "XCOPA-style questions in 4 languages, read through the installed lm-evaluation-harness's xcopa "
-               "tasks (the lm-eval extra), written for babelprobe"),
+               "XCOPA-style questions in 4 languages (written for babelprobe) and belebele-sample, read through the "
+               "installed lm-evaluation-harness's xcopa and belebele tasks (the lm-eval extra)"),
 )}
 
 

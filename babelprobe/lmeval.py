@@ -487,7 +487,7 @@ def sample_source(name: str) -> Source:
     installed = Path(lm_eval.__file__).parent / "tasks"
     texts = {}
     for task in spec["tasks"]:
-        files = {split: str(folder / file) for split, file in task["data_files"].items()}
+        files = {split: str((folder / file).resolve()) for split, file in task["data_files"].items()}
         lines = [f"include: {json.dumps(str(installed / task['include']))}", f"task: {task['task']}",
                  "dataset_path: json", "dataset_name: null",
                  f"dataset_kwargs: {json.dumps({'data_files': files})}"]

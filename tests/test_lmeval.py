@@ -306,20 +306,40 @@ def test_bench_lm_eval_writes_rows_summary_and_figures(task_dir, harness_dir, tm
         assert (out / f"{figure}.png").exists()
 
 
-def test_compare_joins_harness_items_and_report_draws_the_peak_layers(task_dir, harness_dir, tmp_path, capsys):
-    """compare on harness items: direct (full texts; the harness's choice where a document has one context),
-    neuro (the gold option's state against the others', folds keeping a document's options together) joined per
-    document; the probe target is recorded; `report` draws the peak layer per language × task."""
+def test_compare_joins_harness_items_and_report_draws_the_peak_layers(task_dir, harness_dir, both, tmp_path, capsys):
+    """compare on harness items: direct (full texts: with one context per document, the harness's choice, since
+    the context's log-prob is the same for every option), neuro (the gold option's state against the others',
+    folds keeping a document's options together) joined per document; the probe target is recorded; `report`
+    draws the peak layer per language × task."""
     out = tmp_path / "cmp"
     assert main(["compare", "--items", source(task_dir, "xcopa_local"), "--model", str(harness_dir), "--folds", "2",
                  "--out", str(out), "--no-progress"]) == 0
     joined = pd.read_csv(out / "items.csv")
     assert len(joined) == 8 and {"direct_correct", "neuro_correct"} <= set(joined.columns)
+    harness = both[0].set_index("pair_id")  # the harness's LLs (checked against simple_evaluate above)
+    strict = harness["correct"]  # gold strictly above the other option: what direct's `correct` asks
+    assert joined.set_index("pair_id")["direct_correct"].astype(bool).to_dict() == strict.loc[joined["pair_id"]].to_dict()
     recorded = json.loads((out / "compare.json").read_text())
     assert "gold option" in recorded["probe_target"]
     capsys.readouterr()
     assert main(["report", "--results", str(out), "--out", str(tmp_path / "report")]) == 0
     assert (tmp_path / "report" / "peak_heatmap.png").exists()
+
+
+def test_parallel_documents_join_in_patch_pairs_and_the_lens(tmp_path, harness_dir, capsys):
+    """The harness's document index joins XCOPA's languages (parallel_id): pair patching writes Italian's gold
+    option state into every other language's document of the same index; the lens reads each option's choice."""
+    out = tmp_path / "patch"
+    assert main(["patch", "--protocol", "pairs", "--items", "lm-eval-sample", "--languages", "et,it,tr", "--sources",
+                 "it", "--model", str(harness_dir), "--n-boot", "20", "--out", str(out), "--no-progress"]) == 0
+    rows = pd.read_csv(out / "pairs.csv")
+    assert set(rows["language"]) == {"et", "it", "tr"} and set(rows["parallel_id"]) == {f"xcopa-{i}" for i in range(4)}
+    acts, common = tmp_path / "acts", ["--items", "lm-eval-sample", "--languages", "en,de", "--model", str(harness_dir),
+                                       "--no-progress"]
+    assert main(["extract", *common, "--out", str(acts)]) == 0
+    assert main(["lens", *common, "--acts", str(acts), "--target", "choice", "--out", str(tmp_path / "lens")]) == 0
+    lensed = pd.read_csv(tmp_path / "lens" / "lens.csv")
+    assert set(lensed["language"]) == {"en", "de"} and lensed["item_id"].nunique() == 2 * 3 * 4  # Belebele options
 
 
 def test_unknown_task_is_one_line_and_writes_nothing(task_dir, tmp_path, capsys):
@@ -376,3 +396,36 @@ def test_task_language_from_metadata_dataset_name_and_name():
     assert task_language("sentiment", {"dataset_name": "default"}) is None
     assert family("global_mmlu_de_business", "de") == "global_mmlu_business"
     assert family("belebele_deu_Latn", "de") == "belebele"
+
+
+# ------------------------------------------------------------------------------------- the default model
+
+@pytest.mark.slow
+def test_default_model_equals_the_harness_on_five_families(task_dir, default_lm):
+    """Gemma-3-270M through babelprobe and through the harness's own evaluation (`simple_evaluate`, its HF backend
+    loading the converted default model's directory itself): every decision (acc, acc_norm) equal, every option's
+    LL within max(1e-3, 5e-5 per scored token): the harness's float32 log-softmax over the 262,144-entry
+    vocabulary drifts by ~2e-5 per token from babelprobe's (float32 logits, float64 after logsumexp), and
+    batch padding moves float32 sums by ~1e-6 per token."""
+    from lm_eval import simple_evaluate as evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    from babelprobe.models import _converted_default
+
+    wanted = ["xcopa_local", "global_mmlu_de_local", "xwinograd_local", *FAMILIES["xstorycloze"], *FAMILIES["belebele"]]
+    rows = bench_lmeval.run(bench_lmeval.load(source(task_dir, *wanted)), default_lm, progress=False)
+    model = HFLM(pretrained=str(_converted_default()), dtype="float32", device="cpu", batch_size=4)
+    theirs = evaluate(model=model, tasks=wanted, task_manager=TaskManager(include_path=str(task_dir)), log_samples=True)
+    for task in ALL_TASKS:
+        ours = rows[rows["task"] == task].sort_values("doc_id").reset_index(drop=True)
+        samples = sorted(theirs["samples"][task], key=lambda s: s["doc_id"])
+        assert ours["doc_id"].tolist() == [s["doc_id"] for s in samples], task
+        for row, sample in zip(ours.itertuples(), samples):
+            lls = np.array([ll for ll, _ in sample["filtered_resps"]])
+            mine = np.array([getattr(row, f"ll_{k}") for k in range(len(lls))])
+            scored = np.array([getattr(row, f"n_tokens_{k}") for k in range(len(lls))], float)
+            assert (np.abs(mine - lls) <= np.maximum(1e-3, 5e-5 * scored)).all(), (task, row.doc_id, mine - lls)
+            for metric in ("acc", "acc_norm"):
+                if metric in sample:
+                    assert getattr(row, metric) == sample[metric], (task, row.doc_id, metric)
