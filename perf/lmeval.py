@@ -4,6 +4,7 @@ harness's own HF backend (`lm_eval.models.huggingface.HFLM.loglikelihood`) on th
 in the same process, measured in the same run. Goal: at least 2x on a CPU, with equal results.
 
     .venv/bin/python perf/lmeval.py --repeat 3
+    .venv/bin/python perf/lmeval.py --repeat 3 --family belebele     # one family of the sample
     .venv/bin/python perf/lmeval.py --tasks xcopa_et,belebele_deu_Latn --include-path my_tasks/ --repeat 3
 
 Both take turns in every round (perf/timing.py); the median within-round ratio is printed with the fastest time
@@ -30,12 +31,14 @@ from babelprobe.benchmarks import bridges  # noqa: E402
 from babelprobe.models import load_model  # noqa: E402
 
 
-def harness_requests(source: str) -> list:
-    """The harness's own request objects (`Instance`) of every task of `source`, built as `lmeval.load` builds
-    them (its task objects, zero-shot)."""
+def harness_requests(source: str, family: str | None) -> list:
+    """The harness's own request objects (`Instance`) of every task of `source` (those whose name starts with
+    `family`), built as `lmeval.load` builds them (its task objects, zero-shot)."""
     parsed = lmeval.parse(source)
     instances = []
     for leaf in lmeval.resolve(parsed).leaves:
+        if family and not leaf.name.startswith(family):
+            continue
         task = lmeval.build(leaf, parsed)
         lmeval.task_questions(task, leaf.name, "", None)  # builds task.instances (the language is not used)
         instances += task.instances
@@ -48,6 +51,7 @@ def main() -> None:
     parser.add_argument("--tasks", default="lm-eval-sample",
                         help="harness tasks (TASK[,TASK...]) or the bundled sample (default lm-eval-sample)")
     parser.add_argument("--include-path", help="a folder of your own harness task files")
+    parser.add_argument("--family", help="only the tasks whose name starts with this (e.g. belebele, xcopa)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--batch-tokens", type=int, default=4096, help="babelprobe's token budget per batch")
     parser.add_argument("--harness-batch-size", type=int, default=4, help="the harness's batch size (default 4)")
@@ -61,7 +65,9 @@ def main() -> None:
         args.tasks.split(","), args.include_path)
     lm = load_model(args.model, device="cpu", dtype="float32")
     items = lmeval.load(source, report=False)
-    instances = harness_requests(source)
+    if args.family:
+        items = items[items["task"].str.startswith(args.family)].reset_index(drop=True)
+    instances = harness_requests(source, args.family)
     harness = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=args.harness_batch_size, device="cpu")
 
     def babelprobe():

@@ -326,6 +326,22 @@ def test_compare_joins_harness_items_and_report_draws_the_peak_layers(task_dir, 
     assert (tmp_path / "report" / "peak_heatmap.png").exists()
 
 
+def test_compare_conditional_is_the_harness_choice_under_multiple_input(task_dir, harness_dir, both, tmp_path):
+    """XWinograd gives each option its own context: whole texts differ in their contexts, so `compare
+    --conditional` scores what the harness scores, each option's target given its context (its `correct`: the
+    gold option strictly above the others, from the LLs checked against simple_evaluate above)."""
+    out = tmp_path / "cmp"
+    assert main(["compare", "--items", source(task_dir, "xwinograd_local"), "--conditional", "--model", str(harness_dir),
+                 "--folds", "2", "--out", str(out), "--no-progress"]) == 0
+    direct = pd.read_csv(out / "direct.csv").set_index("pair_id")
+    harness = both[0].set_index("pair_id")
+    strict = harness.loc[direct.index]
+    np.testing.assert_allclose(direct["score_good"], [row[f"ll_{int(row['gold'])}"] for _, row in strict.iterrows()],
+                               atol=1e-4, rtol=0)  # as the LL test above: ≤ 50 tokens × 2e-6
+    assert direct["correct"].astype(bool).tolist() == strict["correct"].tolist()
+    assert json.loads((out / "compare.json").read_text())["stages"]["direct"]["conditional"] is True
+
+
 def test_parallel_documents_join_in_patch_pairs_and_the_lens(tmp_path, harness_dir, capsys):
     """The harness's document index joins XCOPA's languages (parallel_id): pair patching writes Italian's gold
     option state into every other language's document of the same index; the lens reads each option's choice."""

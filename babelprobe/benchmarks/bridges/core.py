@@ -259,16 +259,43 @@ def decide(lls, choices: list[str], gold: int, reduced=None) -> dict:
             "correct": bool(reduced[gold] > others.max()) if len(others) else True}
 
 
+SHARED_ENOUGH = 0.5  # a question's context shared by its options saves at least this share of its characters
+
+
+def scored_requests(lm, data: pd.DataFrame, texts: list[str], starts: list[int], batch_tokens: int,
+                    progress: bool) -> list:
+    """Each request's scored tokens (`core.logprobs`; the same numbers either way): the questions whose one
+    context is most of what their options run (Belebele, MMLU: a passage and one-letter answers) from a KV
+    cache, each context run once (`shared_prefix_logprobs`); the others (XCOPA's short premise before a
+    sentence, XWinograd's context per option) as plain batches (`token_logprobs`), where the prefix tree's
+    level-by-level passes cost more than the few tokens it would save."""
+    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs, token_logprobs
+
+    contexts = data.groupby("pair_id", sort=False)["context"].agg(["nunique", "first", "size"])
+    length = pd.Series([len(t) for t in texts], index=data.index).groupby(data["pair_id"], sort=False).sum()
+    saved = (contexts["size"] - 1) * contexts["first"].str.len() * (contexts["nunique"] == 1)
+    shared = set(contexts.index[saved >= SHARED_ENOUGH * length.loc[contexts.index]])
+    out: list = [None] * len(texts)
+    names = data["item_id"].tolist()
+    for use_tree in (True, False):
+        where = [i for i, pair in enumerate(data["pair_id"]) if (pair in shared) == use_tree]
+        if not where:
+            continue
+        score = shared_prefix_logprobs if use_tree else token_logprobs
+        part = score(lm, [texts[i] for i in where], [starts[i] for i in where], names=[names[i] for i in where],
+                     batch_tokens=batch_tokens, progress=progress)
+        for i, result in zip(where, part):
+            out[i] = result
+    return out
+
+
 def score(lm, data: pd.DataFrame, settings: Settings | None = None, batch_tokens: int = 4096,
           progress: bool = True) -> pd.DataFrame:
     """One row per question of `data` (items, one per option): the options' LLs, token counts and metrics."""
     settings = settings or Settings()
-    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs
-
     targets = data["target"] if "target" in data.columns else data["choice"]  # items converted before `target`
     texts, starts = harness_requests(lm, data["context"].tolist(), (data["delimiter"] + targets).tolist())
-    scored = shared_prefix_logprobs(lm, texts, starts, names=data["item_id"].tolist(), batch_tokens=batch_tokens,
-                                    progress=progress)
+    scored = scored_requests(lm, data, texts, starts, batch_tokens, progress)
     data = data.assign(_ll=[float(np.sum(s.logprobs)) for s in scored], _n=[s.n_tokens for s in scored])
     rows = []
     width = int(data["n_options"].max())
