@@ -84,6 +84,8 @@ def task_dir(tmp_path_factory) -> Path:
         write_task(folder, f"belebele_{config}", f"belebele/belebele_{config}.yaml", {"test": BELEBELE / f"{config}.jsonl"})
     for group, (tasks, weighted) in GROUPS.items():
         write_group(folder, group, tasks, weighted)
+    # a task whose data file is missing (read only by the test of that refusal)
+    write_task(folder, "xcopa_et_missing", "xcopa/default_et.yaml", {"test": folder / "missing.jsonl"})
     return folder
 
 
@@ -342,20 +344,20 @@ def test_compare_conditional_is_the_harness_choice_under_multiple_input(task_dir
     assert json.loads((out / "compare.json").read_text())["stages"]["direct"]["conditional"] is True
 
 
-def test_parallel_documents_join_in_patch_pairs_and_the_lens(tmp_path, harness_dir, capsys):
-    """The harness's document index joins XCOPA's languages (parallel_id): pair patching writes Italian's gold
-    option state into every other language's document of the same index; the lens reads each option's choice."""
+def test_parallel_documents_join_in_patch_pairs_and_the_lens(task_dir, tmp_path, harness_dir, capsys):
+    """The harness's document index joins XCOPA's languages (parallel_id): pair patching writes Chinese's gold
+    option state into every language's document of the same index; the lens reads each option's choice."""
     out = tmp_path / "patch"
-    assert main(["patch", "--protocol", "pairs", "--items", "lm-eval-sample", "--languages", "et,it,tr", "--sources",
-                 "it", "--model", str(harness_dir), "--n-boot", "20", "--out", str(out), "--no-progress"]) == 0
+    assert main(["patch", "--protocol", "pairs", "--items", source(task_dir, "xcopa_local"), "--sources", "zh",
+                 "--model", str(harness_dir), "--n-boot", "20", "--out", str(out), "--no-progress"]) == 0
     rows = pd.read_csv(out / "pairs.csv")
-    assert set(rows["language"]) == {"et", "it", "tr"} and set(rows["parallel_id"]) == {f"xcopa-{i}" for i in range(4)}
-    acts, common = tmp_path / "acts", ["--items", "lm-eval-sample", "--languages", "en,de", "--model", str(harness_dir),
+    assert set(rows["language"]) == {"et", "zh"} and set(rows["parallel_id"]) == {f"xcopa-{i}" for i in range(4)}
+    acts, common = tmp_path / "acts", ["--items", source(task_dir, *FAMILIES["belebele"]), "--model", str(harness_dir),
                                        "--no-progress"]
     assert main(["extract", *common, "--out", str(acts)]) == 0
     assert main(["lens", *common, "--acts", str(acts), "--target", "choice", "--out", str(tmp_path / "lens")]) == 0
     lensed = pd.read_csv(tmp_path / "lens" / "lens.csv")
-    assert set(lensed["language"]) == {"en", "de"} and lensed["item_id"].nunique() == 2 * 3 * 4  # Belebele options
+    assert set(lensed["language"]) == {"en", "zh"} and lensed["item_id"].nunique() == 2 * 3 * 4  # Belebele options
 
 
 def test_unknown_task_is_one_line_and_writes_nothing(task_dir, tmp_path, capsys):
@@ -365,10 +367,9 @@ def test_unknown_task_is_one_line_and_writes_nothing(task_dir, tmp_path, capsys)
     assert not out.exists()
 
 
-def test_a_generation_task_is_refused_naming_its_type(tmp_path, capsys):
-    installed()
+def test_a_generation_task_is_refused_naming_its_type(task_dir, tmp_path, capsys):
     out = tmp_path / "x.jsonl"
-    fails(["items", "from-lm-eval", "gsm8k", "--out", out], capsys,
+    fails(["items", "from-lm-eval", "gsm8k", "--include-path", task_dir, "--out", out], capsys,
           "task 'gsm8k' is a generate_until task", "multiple_choice tasks only")
     assert not out.exists()
 
@@ -389,11 +390,8 @@ def test_a_missing_task_folder_and_an_unreadable_data_file(task_dir, tmp_path, c
     out = tmp_path / "x.jsonl"
     fails(["items", "from-lm-eval", "xcopa_et", "--include-path", tmp_path / "nowhere", "--out", out], capsys,
           "is not a directory")
-    broken = tmp_path / "tasks"
-    broken.mkdir()
-    write_task(broken, "xcopa_et", "xcopa/default_et.yaml", {"test": tmp_path / "missing.jsonl"})
-    fails(["items", "from-lm-eval", "xcopa_et", "--include-path", broken, "--out", out], capsys,
-          "task 'xcopa_et' cannot be built")
+    fails(["items", "from-lm-eval", "xcopa_et_missing", "--include-path", task_dir, "--out", out], capsys,
+          "task 'xcopa_et_missing' cannot be built")
     assert not out.exists()
 
 
