@@ -51,6 +51,9 @@ BUNDLED = {s.name: s for s in (
                "XNLI-style premise/hypothesis pairs in 5 languages (4 scripts), written for babelprobe"),
     BundledSet("pawsx-sample", "pawsx", "bridges/pawsx_sample",
                "PAWS-X-style paraphrase pairs in 5 languages (3 scripts), written for babelprobe"),
+    BundledSet("lm-eval-sample", "lm-eval", "lmeval_sample",
+               "XCOPA-style questions in 4 languages (written for babelprobe) and belebele-sample, read through the "
+               "installed lm-evaluation-harness's xcopa and belebele tasks (the lm-eval extra)"),
 )}
 
 

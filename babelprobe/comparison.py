@@ -57,6 +57,8 @@ class CompareSettings:
     rule: str = option("sum", choices=RULES, help="meta: how the two option orders decide a pair (see `score meta "
                        "--help`)")
     reduction: str = option("sum", choices=REDUCTIONS, help="meta and direct score reduction")
+    conditional: bool = option(False, help="direct: score only each item's continuation given its prefix (on "
+                               "lm-evaluation-harness items: the harness's log-likelihood of each option)")
     prompts: str = option("xcomps", metavar="NAME|FILE.tsv",
                           help="meta prompt set: 'xcomps' (XCOMPS Figure 8), 'xcomps-babelprobe' or a .tsv")
     folds: int = option(5, metavar="K", help="probe cross-validation folds")
@@ -85,8 +87,8 @@ class CompareSettings:
 
     def stage(self, name: str) -> dict:
         """The settings of one stage (direct, meta, neuro), as compare.json records them."""
-        if name == "direct":
-            return {"reduction": self.reduction}
+        if name == "direct":  # `conditional` recorded only when on: earlier directories keep their direct stage
+            return {"reduction": self.reduction, **({"conditional": True} if self.conditional else {})}
         if name == "meta":
             return {"rule": self.rule, "reduction": self.reduction, "prompts": self.prompts}
         return {"folds": self.folds, "fold_scheme": self.fold_scheme, "seed": self.seed, "pool": self.pool,
@@ -129,7 +131,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     from babelprobe.analysis import methods
     from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
     from babelprobe.benchmarks.scoring import score_pairs
-    from babelprobe.items import items_hash, load_items, strongest_distractor, to_pairs
+    from babelprobe.items import items_hash, load_items, probe_target, strongest_distractor, to_pairs
     from babelprobe.models import load_model
     from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.runs import open_run
@@ -147,6 +149,10 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
               "minimal pairs such as MultiBLiMP's, questions such as Belebele's); direct and neuro run",
               file=sys.stderr)
     to_pairs(items, strongest_distractor(items))  # one gold item and its distractors per pair: before the model
+    if settings.conditional:  # every item split into prefix and continuation: before the model (as `score`)
+        from babelprobe.benchmarks.direct import _score_from
+
+        _score_from(items)
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
     if isinstance(model, str):  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
@@ -156,7 +162,8 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     else:
         lm = model
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
-                   record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings)},
+                   record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings),
+                           "probe_target": probe_target(items)},
                    manifest=MANIFEST, overwrite=overwrite, outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()),
                    what="a comparison of another model or item set")
     acts = Path(acts) if acts is not None else out / "acts"
@@ -166,7 +173,8 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
                                    batch_tokens=batch_tokens, progress=progress)
 
-    direct = run.stage("direct", settings.stage("direct"), scored("direct", DirectSettings(settings.reduction)),
+    direct_settings = DirectSettings(settings.reduction, conditional=settings.conditional)
+    direct = run.stage("direct", settings.stage("direct"), scored("direct", direct_settings),
                        out / "direct.csv", read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
     meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)

@@ -6,7 +6,8 @@ and `text`; COMPS-style pairs also carry `prefix` and `continuation` (text = pre
 continuation). Unknown fields are kept.
 
 `load_items(source)` takes a bundled set name (`xcomps-sample`), a file (.jsonl, .json, .csv, .tsv,
-.parquet), a directory of such files, or a hub id `hf:ORG/NAME[:config[:split]]`. A file in the item
+.parquet), a directory of such files, a hub id `hf:ORG/NAME[:config[:split]]`, or lm-evaluation-harness
+multiple-choice tasks `lm-eval:TASK[,TASK...][@DIR]` (`babelprobe.lmeval`: one item per option). A file in the item
 schema is the user's own: every mistake raises `BabelprobeError` naming the file, line and field.
 
 **Released layouts** (docs/datasets.md "Minimal pairs") are read as their authors publish them, one
@@ -36,6 +37,7 @@ import io
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -74,6 +76,8 @@ def load_items(source: str | Path | pd.DataFrame, languages: list[str] | None = 
     if isinstance(source, pd.DataFrame):
         items = validate(_with_language(source.copy(), language, "<DataFrame>"), "<DataFrame>")
         skipped = list(source.attrs.get("skipped", []))
+    elif _is_harness(source):
+        items, skipped = _from_harness(str(source), languages, limit, language)
     else:
         items, skipped = _read_source(str(source), language)
     if languages:
@@ -90,6 +94,30 @@ def load_items(source: str | Path | pd.DataFrame, languages: list[str] | None = 
     items = items.reset_index(drop=True)
     items.attrs["skipped"] = skipped
     return items
+
+
+def _is_harness(source) -> bool:
+    # babelprobe.lmeval, in this layer (docs/design.md "Layers"), reads lm-evaluation-harness tasks
+    from babelprobe.lmeval import is_source
+
+    return is_source(source)
+
+
+def _from_harness(source: str, languages: list[str] | None, limit: int | None,
+                  language: str | None) -> tuple[pd.DataFrame, list[dict]]:
+    """`lm-eval:TASK[,TASK...][@DIR]`: the harness's tasks as items (`babelprobe.lmeval`), the languages and
+    the first `limit` documents of each task chosen before the data sets are read; skipped documents
+    reported per task as a released file's records are."""
+    from babelprobe.lmeval import load
+
+    frame = load(source, languages=languages, limit=limit, language=language)
+    per_task: dict[str, list[dict]] = {}
+    for problem in frame.attrs.get("skipped", []):
+        per_task.setdefault(problem["config"], []).append(problem)
+    counts = frame.groupby("config")["pair_id"].nunique()
+    skipped = [{"source": task, "records": int(counts.get(task, 0)) + len(problems), "skipped": len(problems),
+                "reasons": dict(Counter(p["reason"] for p in problems))} for task, problems in per_task.items()]
+    return validate(frame, source), skipped
 
 
 def _check_selection(field: str, wanted: list[str], items: pd.DataFrame) -> None:
@@ -115,7 +143,7 @@ def _read_source(source: str, language: str | None) -> tuple[pd.DataFrame, list[
         return validate(pd.concat(parts, ignore_index=True), source), skipped
     if not path.exists():
         raise BabelprobeError(f"item source {source!r} is neither a bundled set ({', '.join(bundled_sets('xcomps'))}), "
-                              "a file, a directory nor hf:ORG/NAME")
+                              "a file, a directory, hf:ORG/NAME nor lm-eval:TASK")
     frame = read_records(path, language)
     return validate(frame, source), frame.attrs.get("skipped", [])
 
@@ -523,6 +551,18 @@ def strongest_distractor(items: pd.DataFrame, scores: pd.Series | None = None) -
         return bad.drop_duplicates("pair_id").set_index("pair_id")["item_id"]
     values = bad["item_id"].map(scores).astype(float)
     return bad.loc[values.groupby(bad["pair_id"], sort=False).idxmax()].set_index("pair_id")["item_id"]
+
+
+def probe_target(items: pd.DataFrame) -> str:
+    """What probes on these items learn to tell apart, in words (compare.json records it): a minimal pair's
+    acceptable and unacceptable sentence, or a question's gold option and its other options (items with a
+    `gold` field: the bridges', lm-evaluation-harness tasks')."""
+    if "gold" in items.columns or (items.groupby("pair_id")["item_id"].size() > 2).any():
+        return ("multiple choice: the state of each question's gold option (label 1) against each of its other "
+                "options' (label 0); grouped folds keep a question's options (one pair_id: a harness document) "
+                "together; a question is right where its gold option has the highest probe score")
+    return ("minimal pairs: the acceptable sentence's state (label 1) against the unacceptable one's (label 0); "
+            "grouped folds keep a pair together; a pair is right where the acceptable one scores higher")
 
 
 # ------------------------------------------------------------------------------- bundled: xcomps-sample

@@ -103,7 +103,7 @@ def test_flags_build_from_the_settings(name, capsys):
     fields = {f.name for f in dataclasses.fields(benchmark(name).Settings)}
     assert re.search(r"--answer \{likelihood,generate[,\w]*\}", shown) or "answer" not in fields  # pitfalls: +cot
     # the bridges score as lm-evaluation-harness does by default: plain text, likelihood only
-    assert "--chat-template [{off,auto,on}]" in shown or name in bridges.BRIDGES
+    assert "--chat-template [{off,auto,on}]" in shown or name in bridges.HARNESS_SCORED
 
 
 def bp_main(argv):

@@ -22,6 +22,7 @@ import pandas as pd
 from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, save
 from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
 from babelprobe.benchmarks.base import Models, as_models, benchmark, benchmark_settings
+from babelprobe.benchmarks.bridges import lmeval
 from babelprobe.models import LoadedModel
 from babelprobe.runs import LAYOUTS, open_run
 from babelprobe.settings import settings_record
@@ -86,6 +87,8 @@ def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: st
         return plot_consistency(summary, path, title=f"self-consistency: {model}")
     if name in bridges.BRIDGES:
         return plot_bridge(summary, path, title=f"{name}: {model}")
+    if name == "lm-eval":  # one bar group per task (its language beneath)
+        return plot_bridge(summary, path, title=f"{name}: {model}", table=lmeval.task_table(summary))
     if name == "pitfalls":
         names = list(dict.fromkeys(pitfalls.wide(summary)["target_name"]))
         paper = {n: pitfalls.load_paper_results(source, n) for n in names} if source is not None else {}
@@ -490,15 +493,24 @@ BRIDGE_METRICS = {"acc": "acc (sum of log-probs)", "acc_norm": "acc_norm (per ch
                   "acc_bytes": "acc_bytes (per UTF-8 byte)"}
 
 
-def plot_bridge(summary: pd.DataFrame, path: str | Path, title: str = "") -> list[Path]:
+def plot_bridge(summary: pd.DataFrame, path: str | Path, title: str = "", table: pd.DataFrame | None = None) -> list[Path]:
     """A bridge run's two figures beside `path`: `bridge_accuracy` (acc, acc_norm, acc_bytes per language,
     Wilson intervals) and `bridge_norm_gap` (acc_norm − acc_bytes per language, grouped and coloured by
     script, paired bootstrap intervals; where no language has a gap, a note says whether the two ever pick
     different options). PDF and PNG of each; the accuracy PNG comes last."""
     path = Path(path)
-    table = bridges.wide(summary).sort_values(["script", "language"]).reset_index(drop=True)
+    if table is None:  # one bar group per language
+        table = bridges.wide(summary).sort_values(["script", "language"]).reset_index(drop=True)
+    table = table.reset_index(drop=True)
     written = _bridge_norm_gap(table, path.with_name("bridge_norm_gap"), title)
     return written + _bridge_accuracy(table, path.with_name("bridge_accuracy"), title)
+
+
+def _bar_labels(table: pd.DataFrame) -> list[str]:
+    """A bar group's label: the table's `label` (lm-eval: task and language), else language and script."""
+    if "label" in table.columns:
+        return table["label"].tolist()
+    return [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])]
 
 
 def _bridge_accuracy(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
@@ -511,7 +523,7 @@ def _bridge_accuracy(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
                   np.clip(table[f"{metric}_high"].to_numpy(float) - values, 0, None)]
         ax.bar(x + (k - 1) * width, values, width * 0.9, yerr=errors, color=PALETTE[k], label=label,
                error_kw={"elinewidth": 0.6, "capsize": 1.5})
-    ax.set_xticks(x, [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])])
+    ax.set_xticks(x, _bar_labels(table))
     ax.set_ylim(0, 1.2)  # room above the bars for the legend, in one row
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.set_ylabel("accuracy (95% Wilson)")
@@ -532,7 +544,7 @@ def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
     ax.bar(x, values, 0.7, yerr=errors, color=[colours[s] for s in table["script"]],
            error_kw={"elinewidth": 0.6, "capsize": 1.5})
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xticks(x, [f"{lang}\n({script})" for lang, script in zip(table["language"], table["script"])])
+    ax.set_xticks(x, _bar_labels(table))
     ax.set_ylabel("acc_norm − acc_bytes")
     ax.grid(axis="x", visible=False)
     disagree = int(round((table["norm_disagree"] * table["n"]).sum()))

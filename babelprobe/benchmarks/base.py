@@ -57,6 +57,8 @@ OPTIONAL = ("PROTOCOLS", "prepare", "check")
 SUMMARY_COLUMNS = ("metric", "value", "ci_low", "ci_high", "n", "interval")
 # the benchmark bridges (benchmarks/bridges): released data sets scored as lm-evaluation-harness scores them
 BENCHMARKS.update({name: f"babelprobe.benchmarks.bridges.{name}" for name in ("multiblimp", "belebele", "xnli", "pawsx")})
+# any lm-evaluation-harness multiple-choice task, through the bridges' scoring (benchmarks/bridges/lmeval.py)
+BENCHMARKS["lm-eval"] = "babelprobe.benchmarks.bridges.lmeval"
 
 
 def benchmark(name: str) -> ModuleType:

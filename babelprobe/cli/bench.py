@@ -36,6 +36,8 @@ def register(sub) -> None:
         bench = names.add_parser(name, help=module.TITLE, description=module.TITLE)
         add_model_options(bench)
         add_source_options(bench, name)
+        if name == "lm-eval":
+            add_task_options(bench)
         add_settings_options(bench, module.Settings, f"{name} settings (recorded in run.json)",
                              presets=getattr(module, "PROTOCOLS", {}))
         add_runtime_options(bench)
@@ -58,6 +60,31 @@ def add_source_options(parser, name: str) -> None:
     group.add_argument("--overwrite", action="store_true", help="replace a run of another model or settings in --out")
 
 
+def add_task_options(parser) -> None:
+    """`bench lm-eval`: the harness's tasks by name (instead of --items lm-eval:...), and the user's task folder."""
+    from babelprobe.cli.items import add_task_folder
+
+    group = parser.add_argument_group("lm-evaluation-harness tasks")
+    group.add_argument("--tasks", type=comma_list, metavar="LIST",
+                       help="task, group or tag names (glob patterns too), as the harness's --tasks")
+    add_task_folder(group)
+
+
+def task_source(args) -> str | None:
+    """`--tasks` and `--include-path` as an `lm-eval:` source; either with --items is an error."""
+    tasks, folder = getattr(args, "tasks", None), getattr(args, "include_path", None)
+    if not tasks and not folder:
+        return args.items
+    if args.items:
+        raise BabelprobeError("give the tasks either as --tasks (and --include-path) or as --items lm-eval:TASK[@DIR], "
+                              "not both")
+    if not tasks:
+        raise BabelprobeError("--include-path needs --tasks: the tasks to read from it")
+    from babelprobe.lmeval import source_of
+
+    return source_of(tasks, folder)
+
+
 def add_old_spellings(group) -> None:
     """--data and --langs: the old spellings of --items and --languages, accepted and hidden."""
     add_alias(group, "--data", "items")
@@ -66,7 +93,8 @@ def add_old_spellings(group) -> None:
 
 def require_items(args) -> None:
     if not args.items:
-        raise BabelprobeError("--items is required (a bundled sample name, a file or a directory)")
+        what = "--tasks TASK[,TASK...] or --items" if getattr(args, "benchmark_name", "") == "lm-eval" else "--items"
+        raise BabelprobeError(f"{what} is required (a bundled sample name, a file or a directory)")
 
 
 def add_runtime_options(parser) -> None:
@@ -89,6 +117,7 @@ def models_from(args):
 def run(args) -> int:
     from babelprobe.analysis.benchmarks import run_benchmark
 
+    args.items = task_source(args)
     require_items(args)
     module = benchmark(args.benchmark_name)
     settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))

@@ -1,5 +1,6 @@
-"""`babelprobe items list`, `babelprobe items show NAME|PATH` (what item sets exist and what is in one) and
-`babelprobe items convert BRIDGE SRC --out F` (a MultiBLiMP, Belebele, XNLI or PAWS-X release as items)."""
+"""`babelprobe items list`, `babelprobe items show NAME|PATH` (what item sets exist and what is in one),
+`babelprobe items convert BRIDGE SRC --out F` (a MultiBLiMP, Belebele, XNLI or PAWS-X release as items) and
+`babelprobe items from-lm-eval TASK[,TASK...] --out F` (lm-evaluation-harness multiple-choice tasks as items)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,38 @@ def register(sub) -> None:
     convert.add_argument("--limit", type=int, metavar="N", help="at most N questions per language")
     convert.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     convert.set_defaults(func=run_convert)
+    harness = verbs.add_parser("from-lm-eval", help="lm-evaluation-harness multiple-choice tasks as items, one per "
+                               "option of every document (its own task objects; the lm-eval extra)")
+    harness.add_argument("tasks", type=comma_list, metavar="TASK[,TASK...]",
+                         help="task, group or tag names (glob patterns too), as the harness's --tasks")
+    add_task_folder(harness)
+    harness.add_argument("--out", required=True, metavar="FILE", help="items file to write (.jsonl .json .csv .parquet)")
+    harness.add_argument("--language", metavar="CODE", help="language of tasks whose metadata, data set and name do "
+                         "not say")
+    harness.add_argument("--languages", type=comma_list, metavar="LIST", help="keep the tasks in these languages")
+    harness.add_argument("--limit", type=int, metavar="N", help="the first N documents of each task (the harness's "
+                         "--limit)")
+    harness.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    harness.set_defaults(func=run_from_harness)
+
+
+def add_task_folder(parser) -> None:
+    """--include-path: a folder of the user's own harness task files (the harness's --include_path)."""
+    parser.add_argument("--include-path", metavar="DIR", help="a folder of your own lm-evaluation-harness task files, "
+                        "searched after the installed ones (they override them), as the harness's --include_path")
+
+
+def run_from_harness(args) -> int:
+    from babelprobe.benchmarks.bridges.lmeval import convert
+    from babelprobe.lmeval import source_of
+
+    source = source_of(args.tasks, args.include_path)
+    items = convert(source, args.out, languages=args.languages, limit=args.limit, language=args.language,
+                    overwrite=args.overwrite)
+    counts = items.groupby("task")["pair_id"].nunique()
+    print(f"{source}: {items['pair_id'].nunique()} documents ({', '.join(f'{k} {v}' for k, v in counts.items())}), "
+          f"{len(items)} items (one per option); wrote {args.out}")
+    return 0
 
 
 def run_convert(args) -> int:
@@ -44,11 +77,16 @@ def run_convert(args) -> int:
 def run_list(args) -> int:
     from babelprobe.benchmarks.base import benchmark
     from babelprobe.items import load_items
+    from babelprobe.lmeval import sample_counts
 
     rows = [("name", "used by", "records", "languages", "description")]
     for name, bundled in BUNDLED.items():
         if bundled.benchmark == "xcomps":
             records, command = load_items(name), "score/extract/compare"
+        elif bundled.benchmark == "lm-eval":  # counted from its files: listing needs no harness installed
+            documents, languages = sample_counts(name)
+            rows.append((name, "bench lm-eval", str(documents), str(len(languages)), bundled.description))
+            continue
         else:
             records, command = benchmark(bundled.benchmark).load(name), f"bench {bundled.benchmark}"
             records = getattr(records, "frame", records)  # what a `prepare` step takes holds the frame read

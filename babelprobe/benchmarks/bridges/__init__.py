@@ -4,14 +4,18 @@ probed (`compare`, `probe`, `lens`, `align`, `intervene` take the converted item
 
 Each bridge is a benchmark under the contract of `benchmarks.base` (`bridges.multiblimp`, `.belebele`,
 `.xnli`, `.pawsx`: the release's layout, its template and its `Release`); this module is what they share.
+`bridges.lmeval` (`bench lm-eval`) is the same path for any lm-evaluation-harness multiple-choice task, its
+items made by the harness's own task objects (`babelprobe.lmeval`): the four hand-written bridges are presets of
+it, their releases read into the same questions (`babelprobe.questions.options` makes the items of both).
 References: lm-evaluation-harness 0.4.13 (`lm_eval/api/task.py` `construct_requests` and
 `process_results`, `lm_eval/api/model.py` `loglikelihood` and `_encode_pair`).
 
-**Items.** One item per answer option: `pair_id` names the question, `label` is 1 for the gold option and 0
-for the others, `prefix` is the question's context and `continuation` the target delimiter and the option
-(`text` = prefix + continuation; MultiBLiMP splits its sentences at the release's own `prefix` column
-instead, for `--conditional`). The fields `context`, `delimiter`, `choice`, `option` (its index), `gold`
-(the gold option's index), `n_options`, `config` (the release's config), `script` and `template_note`
+**Items** (`babelprobe.questions`). One item per answer option: `pair_id` names the question, `label` is 1
+for the gold option and 0 for the others, `prefix` is the question's context and `continuation` the target
+delimiter and the option (`text` = prefix + continuation; MultiBLiMP splits its sentences at the release's own
+`prefix` column instead, for `--conditional`). The fields `context`, `delimiter`, `choice`, `target` (what
+follows the delimiter: the choice, or a harness multiple-input task's shared target), `option` (its index),
+`gold` (the gold option's index), `n_options`, `config` (the release's config), `script` and `template_note`
 keep what scoring needs; Belebele's `parallel_id` names one question across its language variants.
 
 **Scoring**, as the harness does it:
@@ -19,7 +23,7 @@ keep what scoring needs; Belebele's `parallel_id` names one question across its 
   context's trailing whitespace moves to the continuation, the continuation's tokens are those of the
   whole text after the context's own tokens, and an empty context means the continuation given BOS (EOS
   where the tokenizer has no BOS). babelprobe's token log-prob core computes it, each context once for
-  all its options (`shared_prefix_logprobs`: a KV cache).
+  all its options where it is most of what they run (`shared_prefix_logprobs`: a KV cache; `scored_requests`).
   acc       = [argmax_i LL_i = gold]
   acc_norm  = [argmax_i LL_i / len(choice_i) = gold]         Unicode characters, delimiter excluded
   acc_bytes = [argmax_i LL_i / bytes(choice_i) = gold]       UTF-8 bytes
@@ -40,7 +44,14 @@ on stderr, in `data.attrs` and in the summary; a missing column or a Belebele `c
 outside 1–4 is an error naming the file and line.
 """
 
-from babelprobe.benchmarks.bridges.settings import BRIDGES, REDUCTIONS, Release, Settings, answerer  # noqa: F401
+from babelprobe.benchmarks.bridges.settings import (  # noqa: F401
+    BRIDGES,
+    HARNESS_SCORED,
+    REDUCTIONS,
+    Release,
+    Settings,
+    answerer,
+)
 
 
 def __getattr__(name: str):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -18,9 +17,12 @@ from babelprobe.benchmarks.bridges.settings import BRIDGES, REDUCTIONS, Release,
 from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import READERS, read_records
+from babelprobe.questions import options, text_script  # noqa: F401  (text_script: read here before)
 from babelprobe.stats import paired_bootstrap, wilson
 
 METRICS = ("acc", "acc_norm", "acc_bytes", "correct")
+# what a question's rows carry from its items where they have it (lm-eval tasks: the harness's names)
+QUESTION_FIELDS = ("parallel_id", "task", "task_version", "doc_id", "split", "harness_metrics")
 CHUNK_QUESTIONS = 200  # questions scored between two checkpoints of a resumable run
 BOOTSTRAP = 2000
 
@@ -59,7 +61,7 @@ def load(release: Release, source: str | Path, languages: list[str] | None = Non
     if len(twice):
         raise BabelprobeError(f"{release.title} record {twice['id'].iloc[0]!r} of {twice['config'].iloc[0]} appears twice "
                               f"({twice['_source'].iloc[0]} and {twice['_source'].iloc[1]}); give one file per config")
-    items = options(release, questions)
+    items = options(release.name, questions)
     items.attrs.update(read=dict(read), skipped=skipped)
     if report:
         report_skipped(items, release.title, source)
@@ -179,45 +181,6 @@ def problems(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.Series:
 
 # ---------------------------------------------------------------------------------------------- items
 
-def options(release: Release, questions: pd.DataFrame) -> pd.DataFrame:
-    """One item per option of every question (module docstring)."""
-    scripts = {language: text_script(group["context"].tolist() + [c for cs in group["choices"] for c in cs])
-               for language, group in questions.groupby("language", sort=False)}
-    rows = []
-    for q in questions.to_dict("records"):
-        pair_id = f"{release.name}-{q['config']}-{q['id']}"
-        for i, choice in enumerate(q["choices"]):
-            continuation = q["delimiter"] + choice
-            split = q.get("splits", [None] * len(q["choices"]))[i]
-            prefix, rest = split if split else (q["context"], continuation)
-            rows.append({"item_id": f"{pair_id}-{i}", "pair_id": pair_id, "language": q["language"],
-                         "subset": q["subset"], "label": int(i == q["gold"]), "text": q["context"] + continuation,
-                         "prefix": prefix, "continuation": rest, "context": q["context"], "delimiter": q["delimiter"],
-                         "choice": choice, "option": i, "gold": q["gold"], "n_options": len(q["choices"]),
-                         "config": q["config"], "script": scripts[q["language"]],
-                         "template_note": q.get("template_note", ""),
-                         **({"parallel_id": q["parallel_id"]} if "parallel_id" in q else {})})
-    return pd.DataFrame(rows)
-
-
-SCRIPT_OF_NAME = {"CJK": "Han", "HIRAGANA": "Kana", "KATAKANA": "Kana", "HALFWIDTH": "Kana"}
-
-
-def text_script(texts: list[str]) -> str:
-    """The writing system most of the letters of `texts` are in ('Latin', 'Cyrillic', 'Han', 'Arabic', ...;
-    'Japanese' where Kana are among them), by the first word of each letter's Unicode name (as
-    `latent.tokens.token_script` names a token's)."""
-    counts = Counter()
-    for text in texts:
-        for char in text:
-            if unicodedata.category(char).startswith("L"):
-                first = unicodedata.name(char, "UNKNOWN").split()[0]
-                counts[SCRIPT_OF_NAME.get(first, first.title())] += 1
-    if not counts:
-        return "none"
-    return "Japanese" if counts["Kana"] else counts.most_common(1)[0][0]
-
-
 def convert(name: str, source: str | Path, out: str | Path | None = None, languages: list[str] | None = None,
             limit: int | None = None, overwrite: bool = False) -> pd.DataFrame:
     """Bridge `name`'s release at `source` as items (`babelprobe items convert NAME SRC --out F`), written to
@@ -296,16 +259,43 @@ def decide(lls, choices: list[str], gold: int, reduced=None) -> dict:
             "correct": bool(reduced[gold] > others.max()) if len(others) else True}
 
 
+SHARED_ENOUGH = 0.5  # a question's context shared by its options saves at least this share of its characters
+
+
+def scored_requests(lm, data: pd.DataFrame, texts: list[str], starts: list[int], batch_tokens: int,
+                    progress: bool) -> list:
+    """Each request's scored tokens (`core.logprobs`; the same numbers either way): the questions whose one
+    context is most of what their options run (Belebele, MMLU: a passage and one-letter answers) from a KV
+    cache, each context run once (`shared_prefix_logprobs`); the others (XCOPA's short premise before a
+    sentence, XWinograd's context per option) as plain batches (`token_logprobs`), where the prefix tree's
+    level-by-level passes cost more than the few tokens it would save."""
+    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs, token_logprobs
+
+    contexts = data.groupby("pair_id", sort=False)["context"].agg(["nunique", "first", "size"])
+    length = pd.Series([len(t) for t in texts], index=data.index).groupby(data["pair_id"], sort=False).sum()
+    saved = (contexts["size"] - 1) * contexts["first"].str.len() * (contexts["nunique"] == 1)
+    shared = set(contexts.index[saved >= SHARED_ENOUGH * length.loc[contexts.index]])
+    out: list = [None] * len(texts)
+    names = data["item_id"].tolist()
+    for use_tree in (True, False):
+        where = [i for i, pair in enumerate(data["pair_id"]) if (pair in shared) == use_tree]
+        if not where:
+            continue
+        score = shared_prefix_logprobs if use_tree else token_logprobs
+        part = score(lm, [texts[i] for i in where], [starts[i] for i in where], names=[names[i] for i in where],
+                     batch_tokens=batch_tokens, progress=progress)
+        for i, result in zip(where, part):
+            out[i] = result
+    return out
+
+
 def score(lm, data: pd.DataFrame, settings: Settings | None = None, batch_tokens: int = 4096,
           progress: bool = True) -> pd.DataFrame:
     """One row per question of `data` (items, one per option): the options' LLs, token counts and metrics."""
     settings = settings or Settings()
-    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs
-
-    texts, starts = harness_requests(lm, data["context"].tolist(),
-                                     (data["delimiter"] + data["choice"]).tolist())
-    scored = shared_prefix_logprobs(lm, texts, starts, names=data["item_id"].tolist(), batch_tokens=batch_tokens,
-                                    progress=progress)
+    targets = data["target"] if "target" in data.columns else data["choice"]  # items converted before `target`
+    texts, starts = harness_requests(lm, data["context"].tolist(), (data["delimiter"] + targets).tolist())
+    scored = scored_requests(lm, data, texts, starts, batch_tokens, progress)
     data = data.assign(_ll=[float(np.sum(s.logprobs)) for s in scored], _n=[s.n_tokens for s in scored])
     rows = []
     width = int(data["n_options"].max())
@@ -316,8 +306,7 @@ def score(lm, data: pd.DataFrame, settings: Settings | None = None, batch_tokens
         first = group.iloc[0]
         row = {"pair_id": pair_id, "language": first["language"], "subset": first["subset"], "method": "likelihood",
                "script": first["script"], "config": first["config"], "n_options": len(group)}
-        if "parallel_id" in group.columns:
-            row["parallel_id"] = first["parallel_id"]
+        row.update({field: first[field] for field in QUESTION_FIELDS if field in group.columns})
         row.update({f"ll_{i}": (lls[i] if i < len(lls) else np.nan) for i in range(width)})
         row.update({f"n_tokens_{i}": (int(counts[i]) if i < len(counts) else pd.NA) for i in range(width)})
         row.update(decide(lls, group["choice"].tolist(), int(first["gold"]), reduced))
@@ -398,7 +387,7 @@ def _last_cell(rows: pd.DataFrame, language: str) -> str:
 def wide(summary: pd.DataFrame, subset: str | None = "all") -> pd.DataFrame:
     """One row per language (its `all` cell, or its only subset), by language: `base.wide`'s column per
     metric with `<metric>_low`, `<metric>_high`, `<metric>_n`, and `n` (the questions)."""
-    cells = summary[summary["metric"] != "records_skipped"]
+    cells = summary[(summary["metric"] != "records_skipped") & ~summary["metric"].str.contains(",", regex=False)]
     if subset == "all":
         several = cells.groupby("language")["subset"].transform(lambda s: s.nunique() > 1)
         cells = cells[(cells["subset"] == "all") | ~several]

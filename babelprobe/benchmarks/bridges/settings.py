@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 BRIDGES = ("multiblimp", "belebele", "xnli", "pawsx")
+HARNESS_SCORED = (*BRIDGES, "lm-eval")  # every benchmark scored as lm-evaluation-harness scores (likelihood only)
 REDUCTIONS = ("sum", "mean")
 
 
