@@ -17,6 +17,15 @@ from tests.tiny import tiny_lm
 torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 
 
+def pytest_collection_modifyitems(config, items):
+    """Mark the numeric tests declared in tests/numeric.py."""
+    from tests.numeric import is_numeric
+
+    for item in items:
+        if is_numeric(item.path.name, item.originalname or item.name):
+            item.add_marker(pytest.mark.numeric)
+
+
 def pytest_report_header(config):
     """Which kernels ran the numbers (tests/numeric.py: `make test` reruns `-m numeric` under the others)."""
     return f"torch {torch.__version__}, CPU kernels: {torch.backends.cpu.get_cpu_capability()}, " \

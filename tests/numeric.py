@@ -70,3 +70,40 @@ def written_quantum(literals) -> float:
         if "." in text:
             decimals = max(decimals, len(text.split(".", 1)[1]))
     return 10.0 ** -decimals if decimals else 0.0
+
+
+# The numeric tests (marker `numeric`, added by tests/conftest.py): those that compare float results of a
+# forward pass or a solver with a reference. `make test` reruns them under each other CPU kernel family.
+# Module -> test-name patterns (fnmatch; parametrised ids ignored).
+NUMERIC = {
+    "test_benchmark_golden.py": ["*"],
+    "test_direct.py": ["*"],
+    "test_logprobs.py": ["*"],
+    "test_meta_logprobs.py": ["*"],
+    "test_probe_solvers.py": ["*"],
+    "test_extract_default.py": ["*"],
+    "test_patch.py": ["*equal*", "*agree*", "*self_patch*", "*source_distribution", "*sums_of_the_softmax"],
+    "test_meta.py": ["*match*", "*agree"],
+    "test_extract.py": ["test_store_equals_hf*", "test_out_of_memory*", "test_stops_after*"],
+    "test_extract_scaling.py": ["*equals*", "*stores_what_hf_stores"],
+    "test_default_model.py": ["test_direct_scores_equal*"],
+    "test_families.py": ["*equal*", "test_lens_*"],
+    "test_generate.py": ["*equals*", "*matches*"],
+    "test_consistency.py": ["*match_a_plain_forward_pass"],
+    "test_stingray.py": ["*match_a_plain_forward_pass"],
+    "test_pitfalls.py": ["*match_a_plain_forward_pass"],
+    "test_interventions.py": ["test_intervened_forward_equals*", "test_leace_equalises*"],
+    "test_latent.py": ["*match_a_softmax*"],
+    "test_lmeval.py": ["*equal*harness*"],
+    "test_bridges.py": ["*equal*harness", "*as_the_harness_does"],
+    "test_neurons.py": ["*numpy_reference*", "*hand_edit*", "*released_identify"],
+    "test_probe_sweep.py": ["*sklearn*", "*grid_search"],
+    "test_sae.py": ["*equal*"],
+}
+
+
+def is_numeric(module: str, name: str) -> bool:
+    """Whether test `name` (without its parameters) of `module` (a file name) is a numeric test."""
+    from fnmatch import fnmatch
+
+    return any(fnmatch(name, pattern) for pattern in NUMERIC.get(module, ()))

@@ -20,6 +20,7 @@ from babelprobe.benchmarks.base import benchmark
 from babelprobe.benchmarks.bridges import belebele, multiblimp, pawsx, xnli
 from babelprobe.cli import main
 from tests.cli_errors import fails
+from tests.numeric import assert_float32_close, model_rtol
 from tests.tiny import tiny_lm
 
 DATA = Path(__file__).parent / "data" / "bridges"
@@ -407,8 +408,10 @@ def test_continuation_tokens_split_as_the_harness_splits_them(harness_lm):
 def test_default_model_belebele_equals_the_harness(default_lm):
     ours = belebele.run(load("belebele"), default_lm, progress=False)
     theirs = harness_scores("belebele", default_lm)
-    np.testing.assert_allclose(ours[[f"ll_{i}" for i in range(4)]].to_numpy(float),
-                               np.array(theirs["lls"].tolist()), atol=1e-4, rtol=0)
+    # two float32 forward passes of other batches and reductions: float32 rounding of the model (tests/numeric.py;
+    # measured 1.3e-4 under ATEN_CPU_CAPABILITY=default and avx2, where an atol of 1e-4 failed)
+    assert_float32_close(ours[[f"ll_{i}" for i in range(4)]].to_numpy(float), np.array(theirs["lls"].tolist()),
+                         model_rtol(default_lm))
     assert ours["acc"].tolist() == theirs["acc"].tolist()
 
 
