@@ -115,6 +115,16 @@ def detect(path: str | Path) -> Layout | None:
     return None
 
 
+def check_kind(path: str | Path, kind: str | None, writer: str = "this command", flag: str = "--out") -> None:
+    """A one-line error when `path` holds a run of another kind than `kind` (None: any run at all): a run
+    directory is only written into, or replaced with --overwrite, by the command that made it, so that
+    nothing of another command's run is ever overwritten or deleted."""
+    found = detect(path) if Path(path).is_dir() else None
+    if found is not None and found.kind != kind:
+        raise BabelprobeError(f"{flag} {path} holds a {found.kind} run ({found.command}); {writer} does not write "
+                              "into another command's run, even with --overwrite: choose another --out")
+
+
 def partial_dir(out: str | Path) -> Path:
     out = Path(out)
     return out.parent / f".{out.name}.partial"
@@ -232,23 +242,35 @@ def open_run(out: str | Path, identity: dict, record: dict | None = None, manife
     identity = json.loads(json.dumps(identity, default=str))
     old = read_manifest(out / manifest)
     if old is not None:
-        differs = [k for k in identity if old.get(k) != identity[k]]
-        if not differs:
+        if check_identity(out, identity, manifest, overwrite, what):
             state = {**old, **(record or {}), **identity}
             state.setdefault("stages", {})
             run = RunDir(out, manifest, state, resumed=not overwrite)
             run.save()
             return run
-        if not overwrite:
-            k = differs[0]
-            raise BabelprobeError(f"{out / manifest}: this directory holds {what} with {k}={old.get(k)!r}, not "
-                                  f"{identity[k]!r}; use another --out or pass --overwrite")
         for name in outputs:
             target = out / name
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     run = RunDir(out, manifest, {**(record or {}), **identity, "stages": {}}, resumed=False)
     run.save()
     return run
+
+
+def check_identity(out: str | Path, identity: dict, manifest: str = MANIFEST, overwrite: bool = False,
+                   what: str = "a run") -> bool:
+    """Whether `out` holds a run of `identity` (the same run again); a run of another identity there is the
+    one-line refusal `open_run` makes, unless `overwrite`. Writes nothing: a runner calls it before its
+    model loads, with the identity the model's files give (`runtime.info`)."""
+    identity = json.loads(json.dumps(identity, default=str))
+    old = read_manifest(Path(out) / manifest)
+    if old is None:
+        return False
+    differs = [k for k in identity if old.get(k) != identity[k]]
+    if differs and not overwrite:
+        k = differs[0]
+        raise BabelprobeError(f"{Path(out) / manifest}: this directory holds {what} with {k}={old.get(k)!r}, not "
+                              f"{identity[k]!r}; use another --out or pass --overwrite")
+    return not differs
 
 
 def read_manifest(path: Path) -> dict | None:

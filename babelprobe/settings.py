@@ -127,6 +127,21 @@ def settings_record(settings) -> dict:
     return {k: _plain(v) for k, v in dataclasses.asdict(settings).items()}
 
 
+def from_record(cls, record: Mapping):
+    """The settings `settings_record` recorded, rebuilt (JSON lists back as tuples where the field holds a
+    tuple); `from_record(cls, settings_record(s)) == s`."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in record:
+            value = record[field.name]
+            values[field.name] = _tupled(value) if isinstance(value, list) else value
+    return cls(**values)
+
+
+def _tupled(value):
+    return tuple(_tupled(v) if isinstance(v, list) else v for v in value)
+
+
 def _plain(value):
     if isinstance(value, tuple):
         return [_plain(v) for v in value]
