@@ -34,11 +34,13 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
 from babelprobe.probes.settings import FOLD_SCHEMES, POOLS, describe
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
-from babelprobe.runs import LAYOUTS
-from babelprobe.settings import at_least, given, one_of, option, settings_record
+from babelprobe.runs import LAYOUTS, check_identity, check_kind
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import at_least, one_of, option, settings_record
 
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
+WHAT = "a comparison of another model or item set"  # what a refusal calls a run of another identity
 OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
            "correlations": "correlations.csv", "agreement": "agreement.csv"}
 # the probe protocols (`probes.settings.PROTOCOLS`), and neuro read at each group's peak layer
@@ -116,27 +118,29 @@ class CompareResult:
         return cls(**{name: read_table(out / file) for name, file in OUTPUTS.items()})
 
 
-def compare(model, items: pd.DataFrame | str, out: str | Path, settings: CompareSettings | None = None, *,
-            acts: str | Path | None = None, backend: str = "hf", batch_tokens: int = 4096,
-            source: dict | None = None, overwrite: bool = False, progress: bool = True, **values) -> CompareResult:
+@runner(CompareSettings, old=("model", "items", "out"))
+def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSettings | None = None,
+            runtime: Runtime | None = None, *, acts: str | Path | None = None, backend: str = "hf",
+            source: dict | None = None) -> CompareResult:
     """Run (or reuse) direct, meta, extraction and probes on the same items and join them per pair.
 
     `settings`: a `CompareSettings`, or its fields as keyword arguments: `protocol` ("default" or "paper",
     which fixes folds, fold scheme and the peak layer; a value that contradicts it is an error), `layers`
     (the neuro layer per pair: "peak" or a number), `rule`, `reduction`, `prompts` (the meta prompt set:
     `xcomps`, XCOMPS Figure 8, or a prompt file), `folds`, `fold_scheme`, `seed`, `pool`. `acts`: the
-    activation store to use or create (default OUT/acts); `backend`: its extraction backend."""
+    activation store to use or create (default OUT/acts); `backend`: its extraction backend. `runtime`: the
+    model (a spec is loaded after the checks; the paper protocol loads float16 on CUDA) and the running
+    options (`batch_tokens` for the scoring and the extraction alike), or their keywords."""
     from babelprobe.analysis import methods
     from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
     from babelprobe.benchmarks.scoring import score_pairs
     from babelprobe.items import items_hash, load_items, strongest_distractor, to_pairs
-    from babelprobe.models import load_model
     from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.runs import open_run
     from babelprobe.tables import read_table
 
-    settings = given(CompareSettings, settings, values)
     out = Path(out)
+    check_kind(out, "compare", "compare")
     if isinstance(items, str):
         source = source or {"source": items}
     items = load_items(items)
@@ -149,22 +153,28 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     to_pairs(items, strongest_distractor(items))  # one gold item and its distractors per pair: before the model
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
-    if isinstance(model, str):  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
+    acts = Path(acts) if acts is not None else out / "acts"
+    check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
+                   runtime.overwrite, WHAT)  # another run in OUT, or another store at acts: before the model loads
+    _check_store(acts, runtime, items)
+    if not is_peak(settings.layers):  # the neuro view's layer against the model's config, before it loads
+        from babelprobe.extract.layers import parse_layers
+
+        parse_layers(settings.layers, runtime.info.n_layers)
+    if not runtime.loaded:  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
         from babelprobe.analysis.xcomps import protocol_dtype
 
-        lm = load_model(model, dtype=protocol_dtype(settings.protocol, None, None))
-    else:
-        lm = model
+        runtime = runtime.replace(model_dtype=protocol_dtype(settings.protocol, runtime.model_dtype, runtime.device))
+    lm = runtime.lm
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
                    record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings)},
-                   manifest=MANIFEST, overwrite=overwrite, outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()),
-                   what="a comparison of another model or item set")
-    acts = Path(acts) if acts is not None else out / "acts"
+                   manifest=MANIFEST, overwrite=runtime.overwrite,
+                   outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()), what=WHAT)
 
     def scored(method: str, scorer_settings):
         """Score in chunks kept beside the table, so an interrupted compare resumes mid-stage."""
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
-                                   batch_tokens=batch_tokens, progress=progress)
+                                   batch_tokens=runtime.batch_tokens, progress=runtime.progress)
 
     direct = run.stage("direct", settings.stage("direct"), scored("direct", DirectSettings(settings.reduction)),
                        out / "direct.csv", read_table)
@@ -172,15 +182,15 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
                      out / "meta.csv", read_table) if asks_meta else None
-    store_digest = _ensure_store(lm, items, acts, overwrite, pool=settings.pool, backend=backend, source=source,
-                                 progress=progress)
+    store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool, backend=backend,
+                                 source=source, batch_tokens=runtime.batch_tokens, progress=runtime.progress)
     from babelprobe.probes import ProbeResult, probe
 
     probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
 
     def probe_now():
         result = probe(acts, folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed,
-                       pool=settings.pool, protocol=settings.protocol, items=items, progress=progress)
+                       pool=settings.pool, protocol=settings.protocol, items=items, progress=runtime.progress)
         return _probe_written(result, out / "neuro.csv")
 
     probed = run.stage("neuro", probe_settings, probe_now, out / "neuro.csv", ProbeResult.read)
@@ -211,6 +221,22 @@ def diff(base: str | Path, other: str | Path) -> pd.DataFrame:
 def _probe_written(result, path: Path):
     result.write(path)
     return result
+
+
+def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame) -> None:
+    """A store already at `acts` was made with this model and these items (unless --overwrite): checked
+    against the model's files, before its weights load (`_ensure_store` checks again with the model)."""
+    from babelprobe.extract import open_store
+    from babelprobe.items import items_hash
+
+    if runtime.overwrite or not (acts / LAYOUTS["store"].manifest).exists():
+        return
+    store = open_store(acts, allow_incomplete=True)
+    other = "model" if store.fingerprint != runtime.info.fingerprint else \
+        "item set" if store.items_hash != items_hash(items) else None
+    if other is not None:
+        raise BabelprobeError(f"activation store {acts} was made with another {other} than the one being compared; "
+                              "point --acts elsewhere or pass --overwrite")
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:
