@@ -125,7 +125,8 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
 
     def produce() -> pd.DataFrame:
         return score_resumably(one_unit, units, out / OUTPUTS["rows"], {"what": "intervene", **identity},
-                               chunk_pairs=1, progress=runtime.progress, desc="intervene", unit=source.unit)
+                               chunk_pairs=1, progress=runtime.progress, desc="intervene", unit=source.unit,
+                               model=lm)
 
     rows = run.stage("intervene", identity, produce, out / OUTPUTS["rows"], read_table)
     from babelprobe.analysis import interventions as analysis

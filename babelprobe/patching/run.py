@@ -170,7 +170,8 @@ def patch_translation(concepts="xcomps-sample", out: str | Path | None = None,
     def produce() -> pd.DataFrame:
         rows = score_resumably(chunk_rows, units, out / "translation.csv",
                                {"what": "patch translation", "fingerprint": lm.fingerprint, **record},
-                               chunk_pairs=CHUNK, progress=runtime.progress, desc="patch translation", unit="unit")
+                               chunk_pairs=CHUNK, progress=runtime.progress, desc="patch translation", unit="unit",
+                               model=lm)
         write_table(translation.pair_table(plans, lm), out / "translation_pairs.csv")
         return rows
 
@@ -229,7 +230,7 @@ def patch_pairs(items="xcomps-sample", out: str | Path | None = None, settings: 
     def produce() -> pd.DataFrame:
         return score_resumably(chunk_rows, targets, out / "pairs.csv",
                                {"what": "patch pairs", "fingerprint": lm.fingerprint, **record},
-                               chunk_pairs=CHUNK, progress=runtime.progress, desc="patch pairs")
+                               chunk_pairs=CHUNK, progress=runtime.progress, desc="patch pairs", model=lm)
 
     rows = run.stage("pairs", record, produce, out / "pairs.csv", read_table)
     summary = analysis.pairs_summary(rows, settings.min_gap, settings.n_boot, settings.seed)

@@ -345,7 +345,7 @@ def run(name: str, data: pd.DataFrame, models, settings: Settings | None = None,
     else:
         key = {"benchmark": name, "fingerprint": models.lm.fingerprint, **settings_record(settings)}
         rows = score_resumably(chunk, data, Path(out) / "items.csv", key, chunk_pairs=CHUNK_QUESTIONS,
-                               progress=progress, desc="questions", unit="pair_id")
+                               progress=progress, desc="questions", unit="pair_id", model=models.lm)
     read, skipped = data.attrs.get("read"), Counter(s["language"] for s in data.attrs.get("skipped", []))
     if read:
         rows["records_read"] = rows["language"].map(read).astype("Int64")

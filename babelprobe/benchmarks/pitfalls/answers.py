@@ -222,7 +222,7 @@ def run(data: pd.DataFrame, models, settings: Settings = Settings(), out: Path |
         else:
             key = {"benchmark": NAME, "fingerprint": models.lm.fingerprint, **settings_record(settings)}
             rows = score_resumably(score, data, Path(out) / "items.csv", key, chunk_pairs=CHUNK_QUESTIONS,
-                                   progress=progress, desc="questions", unit="question_id")
+                                   progress=progress, desc="questions", unit="question_id", model=models.lm)
     rows["protocol"] = settings.protocol
     return rows
 
