@@ -29,14 +29,14 @@ from typing import ClassVar
 
 import pandas as pd
 
-from babelprobe.benchmarks.scoring import REDUCTIONS, RULES, DirectSettings, MetaSettings
+from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
-from babelprobe.probes.settings import FOLD_SCHEMES, POOLS, describe
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
+from babelprobe.probes.settings import ProbeSettings, describe
 from babelprobe.runs import LAYOUTS, check_identity, check_kind
 from babelprobe.runtime import Runtime, runner
-from babelprobe.settings import at_least, one_of, option, settings_record
+from babelprobe.settings import Nested, block, block_record, option, settings_record
 
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
@@ -48,35 +48,25 @@ PROTOCOLS = {name: {**preset, "layers": PEAK} for name, preset in PROBE_PROTOCOL
 
 
 @dataclass(frozen=True)
-class CompareSettings:
-    """What changes the numbers of a comparison (recorded in compare.json)."""
+class CompareSettings(Nested):
+    """What changes the numbers of a comparison (recorded in compare.json): the settings of its three steps,
+    each the step's own settings class (flagged flat: `--folds`, `--rule`, `--reduction` sets meta's and
+    direct's), and the per-pair neuro layer."""
 
     PROTOCOLS: ClassVar[dict] = PROTOCOLS
-    protocol: str = option("default", help="paper: the XCOMPS paper's probing protocol (stratified 5-fold, pairs "
-                           "may be split, F1 over folds, max over layers); default: folds that keep each pair together")
+    probe: ProbeSettings = block(ProbeSettings, ("protocol", "folds", "fold_scheme", "seed", "pool"),
+                                 help="the neuro step's probe settings")
+    meta: MetaSettings = block(MetaSettings, ("rule", "reduction", "prompts"), help="the meta step's settings")
+    direct: DirectSettings = block(DirectSettings, ("reduction",), help="the direct step's settings")
     layers: str = option(PEAK, metavar="peak|N", aliases=("--layer",),
                          help="neuro layer of the per-pair view: 'peak' (each group's best layer) or a layer number")
-    rule: str = option("sum", choices=RULES, help="meta: how the two option orders decide a pair (see `score meta "
-                       "--help`)")
-    reduction: str = option("sum", choices=REDUCTIONS, help="meta and direct score reduction")
-    prompts: str = option("xcomps", metavar="NAME|FILE.tsv",
-                          help="meta prompt set: 'xcomps' (XCOMPS Figure 8), 'xcomps-babelprobe' or a .tsv")
-    folds: int = option(5, metavar="K", help="probe cross-validation folds")
-    fold_scheme: str = option("grouped", choices=FOLD_SCHEMES,
-                              help="probe folds: grouped (pairs kept together) or plain (stratified k-fold; the paper)")
-    seed: int = option(0, help="probe fold and bootstrap seed")
-    pool: str = option("last", choices=POOLS, help="pooling extracted and probed")
 
     def __post_init__(self):
         layers = str(self.layers).strip()
         object.__setattr__(self, "layers", PEAK if is_peak(layers) else layers)  # `max` (XCOMPS) too
-        object.__setattr__(self, "prompts", str(self.prompts))
-        one_of(self, "protocol", list(PROTOCOLS))
-        one_of(self, "rule", RULES)
-        one_of(self, "reduction", REDUCTIONS)
-        one_of(self, "fold_scheme", FOLD_SCHEMES)
-        one_of(self, "pool", POOLS)
-        at_least(self, "folds", 2)
+        if self.meta.reduction != self.direct.reduction:
+            raise BabelprobeError(f"--reduction: meta and direct score with one reduction in a comparison, got "
+                                  f"{self.meta.reduction} and {self.direct.reduction}")
         chosen = check_spec(self.layers, peak=True)
         if chosen != PEAK and (chosen == "all" or len(chosen) != 1):
             raise BabelprobeError(f"--layers {self.layers!r}: the per-pair neuro view takes 'peak' or one layer")
@@ -86,13 +76,9 @@ class CompareSettings:
         return describe(self)
 
     def stage(self, name: str) -> dict:
-        """The settings of one stage (direct, meta, neuro), as compare.json records them."""
-        if name == "direct":
-            return {"reduction": self.reduction}
-        if name == "meta":
-            return {"rule": self.rule, "reduction": self.reduction, "prompts": self.prompts}
-        return {"folds": self.folds, "fold_scheme": self.fold_scheme, "seed": self.seed, "pool": self.pool,
-                "protocol": self.protocol}
+        """The settings of one step (direct, meta, neuro) that the comparison sets, as compare.json records
+        them (its block's own fields)."""
+        return block_record(self, {"neuro": "probe"}.get(name, name))
 
 
 @dataclass
@@ -154,8 +140,9 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
     acts = Path(acts) if acts is not None else out / "acts"
-    check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
-                   runtime.overwrite, WHAT)  # another run in OUT, or another store at acts: before the model loads
+    if (out / MANIFEST).exists():  # another run in OUT, or another store at acts: before the model loads
+        check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
+                       runtime.overwrite, WHAT)
     _check_store(acts, runtime, items)
     if not is_peak(settings.layers):  # the neuro view's layer against the model's config, before it loads
         from babelprobe.extract.layers import parse_layers
@@ -176,11 +163,10 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
                                    batch_tokens=runtime.batch_tokens, progress=runtime.progress)
 
-    direct = run.stage("direct", settings.stage("direct"), scored("direct", DirectSettings(settings.reduction)),
-                       out / "direct.csv", read_table)
+    direct = run.stage("direct", settings.stage("direct"), scored("direct", settings.direct), out / "direct.csv",
+                       read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
-    meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)
-    meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
+    meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", settings.meta),
                      out / "meta.csv", read_table) if asks_meta else None
     store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool, backend=backend,
                                  source=source, batch_tokens=runtime.batch_tokens, progress=runtime.progress)
@@ -189,8 +175,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
 
     def probe_now():
-        result = probe(acts, folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed,
-                       pool=settings.pool, protocol=settings.protocol, items=items, progress=runtime.progress)
+        result = probe(acts, settings.probe, items=items, progress=runtime.progress)
         return _probe_written(result, out / "neuro.csv")
 
     probed = run.stage("neuro", probe_settings, probe_now, out / "neuro.csv", ProbeResult.read)

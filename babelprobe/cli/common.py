@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 import typing
 
-from babelprobe.settings import settings_for
+from babelprobe.settings import flat_fields, settings_for
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
 MODEL = ("model", "revision", "device", "model_dtype", "trust_remote_code")  # the runtime's model options
@@ -137,9 +137,12 @@ def add_settings_options(parser, cls, title: str | None = None, presets: dict | 
     field's `flag` and `aliases` metadata rename it and add hidden old spellings), plus `--protocol` when
     there are `presets` (default `cls.PROTOCOLS`). Defaults stay unset here, so `settings_from` can tell a
     flag given explicitly from the protocol preset and the dataclass default. `skip`: fields without a flag."""
+    from babelprobe.settings import setting_field
+
     group = parser.add_argument_group(title or "settings (recorded in the run's manifest)")
     presets = presets if presets is not None else getattr(cls, "PROTOCOLS", {}) or {}
-    for field in dataclasses.fields(cls):
+    for name in flat_fields(cls):  # a block's fields flat, as the class's own (settings.block)
+        field = setting_field(cls, name)
         if field.name in skip or not field.metadata.get("cli", True):
             continue
         if field.name == "protocol":
@@ -179,7 +182,7 @@ def add_alias(parser, alias: str, dest: str, **options) -> None:
 def settings_from(args, cls, presets: dict | None = None, **extra):
     """The settings of `cls` from the flags given (the rest: the protocol preset, then the defaults);
     `extra` adds values that come from elsewhere (they count as given)."""
-    names = {f.name for f in dataclasses.fields(cls)} - {"protocol"}
+    names = set(flat_fields(cls)) - {"protocol"}
     given = {name: getattr(args, name) for name in names if hasattr(args, name)}
     return settings_for(cls, getattr(args, "protocol", None), presets, **given, **extra)
 

@@ -37,9 +37,8 @@ from babelprobe.cli.common import (
     add_runtime_options,
     add_settings_options,
 )
-from babelprobe.patching.settings import PairsSettings, TranslationSettings
+from babelprobe.patching.settings import SHARED, PairsSettings, TranslationSettings
 
-SHARED = ("layers", "seed", "n_boot")
 PROTOCOLS = {"translation": TranslationSettings, "pairs": PairsSettings}
 
 
@@ -65,16 +64,14 @@ def register(sub) -> None:
 
 def _check_flags(args) -> None:
     """A flag of the other protocol is an error naming it (it would be ignored)."""
-    import dataclasses
-
     from babelprobe.errors import BabelprobeError
-    from babelprobe.settings import flag
+    from babelprobe.settings import flag, flat_fields
 
     other = "pairs" if args.patch_protocol == "translation" else "translation"
-    own = {f.name for f in dataclasses.fields(PROTOCOLS[args.patch_protocol])}
-    for field in dataclasses.fields(PROTOCOLS[other]):
-        if field.name not in own and hasattr(args, field.name):
-            raise BabelprobeError(f"{flag(PROTOCOLS[other], field.name)} applies to --protocol {other}")
+    own = set(flat_fields(PROTOCOLS[args.patch_protocol]))  # the shared block's are both protocols' own
+    for name in flat_fields(PROTOCOLS[other]):
+        if name not in own and hasattr(args, name):
+            raise BabelprobeError(f"{flag(PROTOCOLS[other], name)} applies to --protocol {other}")
     given = {"--concepts": args.concepts is not None, "--compare": args.compare is not None,
              "--items": args.items is not None, "--languages": args.languages is not None,
              "--subsets": args.subsets is not None, "--limit": args.limit is not None,
