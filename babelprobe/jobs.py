@@ -177,17 +177,17 @@ def run_job(spec: dict) -> str:
 def _extract(job: Job) -> None:
     from babelprobe.extract import extract
     from babelprobe.items import load_items
-    from babelprobe.models import load_model
+    from babelprobe.runtime import Runtime
 
     options = dict(job.extract_options)
     limit, subsets = options.pop("limit", None), options.pop("subsets", None)
-    # the model's placement and dtype go to load_model; everything else is an `extract` option
-    load = {k: options.pop(k) for k in ("device", "model_dtype", "device_map", "max_memory") if k in options}
-    load["dtype"] = load.pop("model_dtype", None)
+    # the model, its placement and dtype and the batch budget are the runtime; everything else an `extract` option
+    running = {k: options.pop(k) for k in ("device", "model_dtype", "device_map", "max_memory", "batch_tokens")
+               if k in options}
     languages = list(job.languages) if job.languages else None
     items = load_items(job.items, languages=languages, subsets=subsets, limit=limit)
-    lm = load_model(job.model, **{k: v for k, v in load.items() if v is not None})
-    extract(lm, items, job.store, progress=False,
+    runtime = Runtime(model=job.model, progress=False, **{k: v for k, v in running.items() if v is not None})
+    extract(items, job.store, runtime=runtime,
             source={"source": job.items, "languages": languages, "subsets": subsets, "limit": limit}, **options)
 
 

@@ -244,12 +244,6 @@ class LoadedModel:
 
 # ---------------------------------------------------------------------------------------------- loading
 
-def as_model(model, load_options: dict | None = None):
-    """`model` itself when it is loaded already, else the model the spec names, loaded with `load_options`
-    (`load_model`'s keyword arguments): how every runner takes its `model` argument."""
-    return load_model(model, **(load_options or {})) if isinstance(model, str) else model
-
-
 def load_model(spec: str = "default", device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None, revision: str | None = None,
                trust_remote_code: bool = False, device_map: str | dict | None = None,
