@@ -160,6 +160,7 @@ WITH_INPUT = {
     ("align", "--compare"): "align --compare {compare} --out {out}",
     ("sae", "--acts"): "sae --model {model} --items {items} --sae {sae} --acts {acts} --folds 2 --out {out}",
     ("probe", "--items"): "probe --acts {acts} --items {items} --folds 2 --out {out}.csv",
+    ("compare", "--acts"): "compare --model {model} --items {items} --acts {acts} --folds 2 --out {out}",
     ("report", "--other"): "report --results {results} --other {other} --out {out}",
     ("report", "--transfer-table"): "report --results {results} --transfer-table {transfer_table} --out {out}",
 }
@@ -237,7 +238,7 @@ def generic_cases(command: Command) -> list[Case]:
             continue
         is_dir = sort not in ("file",)
         add(f"{name} missing", template=template, slots={slot: "=nowhere"}, needles=(shown, "nowhere", "no such"))
-        readable = {"store": "acts", "compare": "cmp", "neurons": "neurons", "sae-run": "sae_run_other",
+        readable = {"store": "acts", "new-store": "acts", "compare": "cmp", "neurons": "neurons", "sae-run": "sae_run_other",
                     "sae-folder": "sae", "run": "cmp", "bench": "bench", "probes": "cmp", "dir": "empty_dir",
                     "file": DEFAULTS.get(slot, "items")}[sort]
         readable = {"other": "cmp_other"}.get(slot, readable)  # report's --other: not the --results beside it
@@ -251,12 +252,12 @@ def generic_cases(command: Command) -> list[Case]:
                     needles=(shown, Path(wrong).name[:3]))
         if sort == "file":
             add(f"{name} a directory", template=template, slots={slot: "empty_dir"}, needles=(shown, "empty_dir"))
-        if sort == "store":
+        if sort in ("store", "new-store"):
             add(f"{name} a truncated store", template=template, slots={slot: "acts_truncated"},
                 needles=("acts_truncated",))
-        if command.model and sort in ("store", "neurons", "sae-run", "probes"):
-            other = {"store": "acts_other", "neurons": "neurons_other", "sae-run": "sae_run_other",
-                     "probes": "cmp_other"}[sort]
+        if command.model and sort in ("store", "new-store", "neurons", "sae-run", "probes"):
+            other = {"store": "acts_other", "new-store": "acts_other", "neurons": "neurons_other",
+                     "sae-run": "sae_run_other", "probes": "cmp_other"}[sort]
             if sort != "sae-run":
                 add(f"{name} of another model", template=template, slots={slot: other}, needles=("another model",))
     if command.model and "--layers" in flags and command.path[0] in ("extract", "compare", "patch", "intervene", "sae"):
@@ -348,9 +349,10 @@ def hand_cases() -> list[Case]:
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("align", "--acts of another model"):
         "align --acts reads a store and runs no model: the store's own model is the one aligned",
-    ("sae fetch", "--out holds a neurons run, --overwrite"):
-        "sae fetch writes a downloaded folder; it is refused like the others without --overwrite, and with it the "
-        "registry refuses before the network is asked (kept here: the download itself needs the network)",
+    ("compare", "--acts missing"):
+        "compare --acts names the store to reuse or to create: a directory not there yet is extracted into",
+    ("compare", "--acts an empty directory"):
+        "compare --acts names the store to reuse or to create: an empty directory is extracted into",
 }
 
 

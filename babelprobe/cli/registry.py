@@ -12,7 +12,7 @@ A `Command` names
   out       what `--out` is: "dir", "table" (a .csv/.parquet file), "items" (an item file), None (no --out)
   inputs    the flags (or positional names) that name an input, and what each must be: "store", "compare",
             "neurons", "sae-run" (`runs.LAYOUTS` kinds), "run" (a run directory of any kind), "sae-folder" (an
-            SAE folder), "probes" (a compare directory, a probe table or a store), "dir", "file", "items"
+            SAE folder), "new-store" (a store to reuse, or a new or empty directory), "probes" (a compare directory, a probe table or a store), "dir", "file", "items"
   model     whether it loads a model (every check above happens before it does)
 
 The checks made here, for every command alike (`check`): the running numbers (`--limit` at least 1,
@@ -67,7 +67,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("probe",), "babelprobe.probes.run:probe", ("babelprobe.probes.settings:ProbeSettings",), kind="probe",
             out="table", inputs={"--acts": "store", "--items": "items"}, model=False),
     Command(("compare",), "babelprobe.comparison:compare", ("babelprobe.comparison:CompareSettings",),
-            kind="compare", inputs={"--items": "items"}),
+            kind="compare", inputs={"--items": "items", "--acts": "new-store"}),
     Command(("diff",), "babelprobe.comparison:diff", inputs={"base": "compare", "other": "compare"}, model=False),
     Command(("intervene",), "babelprobe.interventions.run:intervene", ("babelprobe.interventions.settings:Settings",),
             kind="intervene", inputs={"--items": "items", "--probes": "probes", "--neurons": "neurons",
@@ -113,7 +113,8 @@ SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a co
          "bench": "a benchmark run directory (`babelprobe bench NAME`)", "run": "a run directory of any kind",
          "sae-folder": "an SAE folder (Gemma Scope 2 or SAELens layout)",
          "probes": "a compare directory, a probe table or an activation store", "dir": "a directory",
-         "file": "a file", "items": "an item source: a bundled set, a file, a directory or hf:ORG/NAME"}
+         "file": "a file", "items": "an item source: a bundled set, a file, a directory or hf:ORG/NAME",
+         "new-store": "an activation store to reuse, or a new or empty directory to extract into"}
 
 
 def command_of(path) -> Command:
@@ -152,6 +153,10 @@ def check_input(flag: str, value, sort: str) -> Path:
     where = f"{flag} {path}" if flag.startswith("-") else str(path)
     if sort == "items" and not path.exists():
         return path  # a bundled set or a hub id, or a name the item loader explains
+    if sort == "new-store":  # a store to reuse, or a new (or empty) directory to extract into
+        if not path.exists() or path.is_dir() and not any(path.iterdir()):
+            return path
+        sort = "store"
     if not path.exists():
         what = "file" if sort in ("file", "items") else "directory" if sort != "probes" else "file or directory"
         raise BabelprobeError(f"{where}: no such {what}")
