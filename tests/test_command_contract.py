@@ -82,6 +82,9 @@ def world(tmp_path_factory):
     (root / "empty_dir").mkdir()
     (root / "concepts_empty.csv").write_text("", encoding="utf-8")
     (root / "concepts_header.csv").write_text("concept_id,language,word\n", encoding="utf-8")
+    (root / "mmlu.json").write_text(json.dumps([{"question": "Which animal can bark?", "choices": ["dog", "cat", "fish"],
+                                                 "answer": "dog"}]), encoding="utf-8")  # pitfalls-search's seeds
+    paths["seeds"] = root / "mmlu.json"
     paths.update({name: root / f for name, f in (("empty", "empty.jsonl"), ("malformed", "malformed.jsonl"),
                                                  ("empty_dir", "empty_dir"), ("concepts_empty", "concepts_empty.csv"),
                                                  ("concepts_header", "concepts_header.csv"))})
@@ -136,8 +139,7 @@ BASE = {
 }
 SAMPLES = {"stingray": "stingray-sample", "eclektic": "eclektic-sample", "consistency": "consistency-sample",
            "pitfalls": "pitfalls-sample", "multiblimp": "multiblimp-sample", "belebele": "belebele-sample",
-           "xnli": "xnli-sample", "pawsx": "pawsx-sample", "pitfalls-search": "pitfalls-sample",
-           "pitfalls-affinity": "pitfalls-sample"}
+           "xnli": "xnli-sample", "pawsx": "pawsx-sample", "pitfalls-affinity": "pitfalls-sample"}
 for _name in SAMPLES:
     BASE.setdefault(("bench", _name), f"bench {_name} --model {{model}} --items {{items}} --limit 1 --out {{out}}")
 # What each slot holds unless a case says otherwise.
@@ -146,6 +148,7 @@ DEFAULTS = {"model": "model", "items": "items", "acts": "acts", "probes": "cmp",
             "corpus": "empty_dir", "concepts": "concepts_header", "transfer_table": "items"}
 SLOT_DEFAULTS = {("items", "convert"): {"source": "multiblimp-sample"},
                  **{("bench", name): {"items": sample} for name, sample in SAMPLES.items()}}
+SLOT_WORLD = {("bench", "pitfalls-search"): {"items": "seeds"}}  # slots filled from the world, by command
 # An input that the smallest run does not name, with the invocation that does.
 WITH_INPUT = {
     ("intervene", "--neurons"): "intervene --model {model} --items {items} --method neurons --neurons {neurons} "
@@ -331,7 +334,7 @@ def hand_cases() -> list[Case]:
         c(("compare",), "contradiction: --layers of several layers", BASE[("compare",)], extra=("--layers", "1,2"),
           needles=("--layers",)),
         c(("probe",), "contradiction: --protocol paper with --fold-scheme grouped", BASE[("probe",)],
-          extra=("--protocol", "paper", "--fold-scheme", "grouped"), needles=("--protocol", "--fold-scheme")),
+          extra=("--protocol", "paper", "--fold-scheme", "grouped"), needles=("--protocol paper", "drop")),
         c(("sae",), "contradiction: no --sae", BASE[("sae",)].replace("--sae {sae} ", ""), needles=("--sae",)),
         c(("score", "meta"), "contradiction: --prompt-language not among the prompts", BASE[("score", "meta")],
           extra=("--prompt-language", "xx"), needles=("xx",)),
@@ -365,6 +368,7 @@ def argv_of(case: Case, world: dict, out: Path) -> tuple[list[str], dict]:
     """The case's command line, and the value of every slot."""
     values = {slot: world[name] for slot, name in DEFAULTS.items() if name in world}
     values.update({slot: value for slot, value in SLOT_DEFAULTS.get(case.command.path, {}).items()})
+    values.update({slot: world[name] for slot, name in SLOT_WORLD.get(case.command.path, {}).items()})
     for slot, name in case.slots.items():
         values[slot] = name[1:] if name.startswith("=") else world[name]
     values["out"] = out

@@ -182,7 +182,7 @@ def add_alias(parser, alias: str, dest: str, **options) -> None:
 def settings_from(args, cls, presets: dict | None = None, **extra):
     """The settings of `cls` from the flags given (the rest: the protocol preset, then the defaults);
     `extra` adds values that come from elsewhere (they count as given)."""
-    names = set(flat_fields(cls)) - {"protocol"}
+    names = [name for name in flat_fields(cls) if name != "protocol"]  # in declaration order: one message per run
     given = {name: getattr(args, name) for name in names if hasattr(args, name)}
     return settings_for(cls, getattr(args, "protocol", None), presets, **given, **extra)
 
