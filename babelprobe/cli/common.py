@@ -42,8 +42,9 @@ def add_runtime_options(parser, names, title: str = "running (does not change th
         help_text = field.metadata["help"] + (f" (default {default})" if not isinstance(default, bool) and
                                               default is not None and name != "model" else "")
         if isinstance(field.default, bool):
-            action = "store_false" if flag.startswith("--no-") else "store_true"
-            group.add_argument(flag, dest=name, action=action, default=default, help=help_text)
+            negative = flag.startswith("--no-")  # a field on by default: its flag switches it off
+            group.add_argument(flag, dest=name, action="store_false" if negative else "store_true", default=default,
+                               help=f"no {help_text}" if negative else help_text)
             continue
         options = dict(dest=name, default=default, choices=field.metadata.get("choices"),
                        metavar=field.metadata.get("metavar"), type=int if isinstance(field.default, int) else None)
