@@ -104,7 +104,7 @@ class CompareResult:
         return cls(**{name: read_table(out / file) for name, file in OUTPUTS.items()})
 
 
-@runner(CompareSettings, old=("model", "items", "out"))
+@runner(CompareSettings, old=("model", "items", "out", "settings"))
 def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSettings | None = None,
             runtime: Runtime | None = None, *, acts: str | Path | None = None, backend: str = "hf",
             source: dict | None = None) -> CompareResult:

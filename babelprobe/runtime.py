@@ -163,6 +163,8 @@ def runner(settings_class=None, old: tuple[str, ...] = (), **defaults):
         @functools.wraps(fn)
         def call(*args, **keywords):
             if args and old and _old_form(args, keywords):
+                if len(args) > len(old):
+                    raise TypeError(f"{fn.__name__}({', '.join(old)}) got {len(args)} positional arguments")
                 keywords = {**dict(zip(old, args)), **keywords}
                 args = ()
             bound = dict(zip(positional, args))

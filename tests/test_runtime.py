@@ -110,6 +110,19 @@ def test_the_canonical_form_keywords_and_the_old_form_are_one_call(tiny):
     assert old_spec[3].model == "default" and old_spec[3].device == "cpu" and old_spec[0] == "xcomps-sample"
 
 
+@runner(NeuronSettings, old=("model", "items", "out", "settings"))
+def echo_with_settings(items=None, out=None, settings=None, runtime=None):
+    return items, out, settings, runtime
+
+
+def test_the_old_form_keeps_a_positional_settings_and_refuses_more(tiny):
+    settings = NeuronSettings(top_rate=(0.02,))
+    items, out, got, runtime = echo_with_settings(tiny, "xcomps-sample", "neu/", settings)
+    assert (items, out, got, runtime.lm) == ("xcomps-sample", "neu/", settings, tiny)
+    with pytest.raises(TypeError, match="5 positional arguments"):
+        echo_with_settings(tiny, "xcomps-sample", "neu/", settings, "one too many")
+
+
 def test_the_door_refuses_what_would_be_dropped(tiny):
     with pytest.raises(BabelprobeError, match="settings or keyword values, not both"):
         echo("x", "o", NeuronSettings(), top_rate=0.5)

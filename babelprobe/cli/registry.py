@@ -107,7 +107,7 @@ LEAST = {"limit": ("--limit", 1), "batch_tokens": ("--batch-tokens", 1), "batch_
          "gpus_per_replica": ("--gpus-per-replica", 1), "slurm_time": ("--slurm-time", 1),
          "slurm_gpus": ("--slurm-gpus", 0), "slurm_cpus": ("--slurm-cpus", 1), "slurm_mem": ("--slurm-mem", 1)}
 POSITIVE = {"timeout": "--timeout", "rate_limit": "--rate-limit", "memory_gb": "--memory-gb"}
-# what each sort of input must be, for the message
+# the sorts of input a command may name, and what each must be
 SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a compare directory (`babelprobe compare`)",
          "neurons": "a neurons directory (`babelprobe neurons`)", "sae-run": "an SAE run directory (`babelprobe sae`)",
          "bench": "a benchmark run directory (`babelprobe bench NAME`)", "run": "a run directory of any kind",

@@ -145,7 +145,7 @@ def shard_batches(lengths: list[int], batch_tokens: int, min_fill: float = MIN_F
 
 # ------------------------------------------------------------------------------------------ run
 
-@runner(ExtractSettings, old=("model", "items", "out"), batch_tokens=8192)
+@runner(ExtractSettings, old=("model", "items", "out", "settings"), batch_tokens=8192)
 def extract(items: pd.DataFrame, out: str | Path, settings: ExtractSettings | None = None,
             runtime: Runtime | None = None, *, shard_size: int | None = None, compression: str = "none",
             padding_side: str = "right", source: dict | None = None, provenance: dict | None = None,

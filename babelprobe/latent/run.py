@@ -72,7 +72,7 @@ def _store_items(store, items, languages=None):
 
 # ------------------------------------------------------------------------------------------------ lens
 
-@runner(LensSettings, old=("model", "items", "out"))
+@runner(LensSettings, old=("model", "items", "out", "settings"))
 def lens(items, out: str | Path, settings: LensSettings | None = None, runtime: Runtime | None = None, *,
          acts: str | Path | None = None, compare: str | Path | None = None) -> LensResult:
     """The logit lens with language attribution (`latent.lens`), written to `out`.
@@ -153,7 +153,7 @@ def lens(items, out: str | Path, settings: LensSettings | None = None, runtime: 
 
 # ----------------------------------------------------------------------------------------------- align
 
-@runner(AlignSettings, old=("model", "items", "out"))
+@runner(AlignSettings, old=("model", "items", "out", "settings"))
 def align(items, out: str | Path, settings: AlignSettings | None = None, runtime: Runtime | None = None, *,
           acts: str | Path | None = None, compare: str | Path | None = None, matrix_layer: int | None = None,
           source: dict | None = None) -> AlignResult:
