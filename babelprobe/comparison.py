@@ -29,16 +29,18 @@ from typing import ClassVar
 
 import pandas as pd
 
-from babelprobe.benchmarks.scoring import REDUCTIONS, RULES, DirectSettings, MetaSettings
+from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
-from babelprobe.probes.settings import FOLD_SCHEMES, POOLS, describe
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
-from babelprobe.runs import LAYOUTS
-from babelprobe.settings import at_least, given, one_of, option, settings_record
+from babelprobe.probes.settings import ProbeSettings, describe
+from babelprobe.runs import LAYOUTS, check_identity, check_kind
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import Nested, block, block_record, option, settings_record
 
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
+WHAT = "a comparison of another model or item set"  # what a refusal calls a run of another identity
 OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
            "correlations": "correlations.csv", "agreement": "agreement.csv"}
 # the probe protocols (`probes.settings.PROTOCOLS`), and neuro read at each group's peak layer
@@ -46,37 +48,25 @@ PROTOCOLS = {name: {**preset, "layers": PEAK} for name, preset in PROBE_PROTOCOL
 
 
 @dataclass(frozen=True)
-class CompareSettings:
-    """What changes the numbers of a comparison (recorded in compare.json)."""
+class CompareSettings(Nested):
+    """What changes the numbers of a comparison (recorded in compare.json): the settings of its three steps,
+    each the step's own settings class (flagged flat: `--folds`, `--rule`, `--reduction` sets meta's and
+    direct's), and the per-pair neuro layer."""
 
     PROTOCOLS: ClassVar[dict] = PROTOCOLS
-    protocol: str = option("default", help="paper: the XCOMPS paper's probing protocol (stratified 5-fold, pairs "
-                           "may be split, F1 over folds, max over layers); default: folds that keep each pair together")
+    probe: ProbeSettings = block(ProbeSettings, ("protocol", "folds", "fold_scheme", "seed", "pool"),
+                                 help="the neuro step's probe settings")
+    meta: MetaSettings = block(MetaSettings, ("rule", "reduction", "prompts"), help="the meta step's settings")
+    direct: DirectSettings = block(DirectSettings, ("reduction", "conditional"), help="the direct step's settings")
     layers: str = option(PEAK, metavar="peak|N", aliases=("--layer",),
                          help="neuro layer of the per-pair view: 'peak' (each group's best layer) or a layer number")
-    rule: str = option("sum", choices=RULES, help="meta: how the two option orders decide a pair (see `score meta "
-                       "--help`)")
-    reduction: str = option("sum", choices=REDUCTIONS, help="meta and direct score reduction")
-    conditional: bool = option(False, help="direct: score only each item's continuation given its prefix (on "
-                               "lm-evaluation-harness items: the harness's log-likelihood of each option)")
-    prompts: str = option("xcomps", metavar="NAME|FILE.tsv",
-                          help="meta prompt set: 'xcomps' (XCOMPS Figure 8), 'xcomps-babelprobe' or a .tsv")
-    folds: int = option(5, metavar="K", help="probe cross-validation folds")
-    fold_scheme: str = option("grouped", choices=FOLD_SCHEMES,
-                              help="probe folds: grouped (pairs kept together) or plain (stratified k-fold; the paper)")
-    seed: int = option(0, help="probe fold and bootstrap seed")
-    pool: str = option("last", choices=POOLS, help="pooling extracted and probed")
 
     def __post_init__(self):
         layers = str(self.layers).strip()
         object.__setattr__(self, "layers", PEAK if is_peak(layers) else layers)  # `max` (XCOMPS) too
-        object.__setattr__(self, "prompts", str(self.prompts))
-        one_of(self, "protocol", list(PROTOCOLS))
-        one_of(self, "rule", RULES)
-        one_of(self, "reduction", REDUCTIONS)
-        one_of(self, "fold_scheme", FOLD_SCHEMES)
-        one_of(self, "pool", POOLS)
-        at_least(self, "folds", 2)
+        if self.meta.reduction != self.direct.reduction:
+            raise BabelprobeError(f"--reduction: meta and direct score with one reduction in a comparison, got "
+                                  f"{self.meta.reduction} and {self.direct.reduction}")
         chosen = check_spec(self.layers, peak=True)
         if chosen != PEAK and (chosen == "all" or len(chosen) != 1):
             raise BabelprobeError(f"--layers {self.layers!r}: the per-pair neuro view takes 'peak' or one layer")
@@ -86,13 +76,13 @@ class CompareSettings:
         return describe(self)
 
     def stage(self, name: str) -> dict:
-        """The settings of one stage (direct, meta, neuro), as compare.json records them."""
-        if name == "direct":  # `conditional` recorded only when on: earlier directories keep their direct stage
-            return {"reduction": self.reduction, **({"conditional": True} if self.conditional else {})}
-        if name == "meta":
-            return {"rule": self.rule, "reduction": self.reduction, "prompts": self.prompts}
-        return {"folds": self.folds, "fold_scheme": self.fold_scheme, "seed": self.seed, "pool": self.pool,
-                "protocol": self.protocol}
+        """The settings of one step (direct, meta, neuro) that the comparison sets, as compare.json records
+        them (its block's own fields; direct's `conditional` only when on, so earlier directories keep their
+        direct stage)."""
+        record = block_record(self, {"neuro": "probe"}.get(name, name))
+        if name == "direct" and not record.get("conditional"):
+            record.pop("conditional", None)
+        return record
 
 
 @dataclass
@@ -118,27 +108,29 @@ class CompareResult:
         return cls(**{name: read_table(out / file) for name, file in OUTPUTS.items()})
 
 
-def compare(model, items: pd.DataFrame | str, out: str | Path, settings: CompareSettings | None = None, *,
-            acts: str | Path | None = None, backend: str = "hf", batch_tokens: int = 4096,
-            source: dict | None = None, overwrite: bool = False, progress: bool = True, **values) -> CompareResult:
+@runner(CompareSettings, old=("model", "items", "out", "settings"))
+def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSettings | None = None,
+            runtime: Runtime | None = None, *, acts: str | Path | None = None, backend: str = "hf",
+            source: dict | None = None) -> CompareResult:
     """Run (or reuse) direct, meta, extraction and probes on the same items and join them per pair.
 
     `settings`: a `CompareSettings`, or its fields as keyword arguments: `protocol` ("default" or "paper",
     which fixes folds, fold scheme and the peak layer; a value that contradicts it is an error), `layers`
     (the neuro layer per pair: "peak" or a number), `rule`, `reduction`, `prompts` (the meta prompt set:
     `xcomps`, XCOMPS Figure 8, or a prompt file), `folds`, `fold_scheme`, `seed`, `pool`. `acts`: the
-    activation store to use or create (default OUT/acts); `backend`: its extraction backend."""
+    activation store to use or create (default OUT/acts); `backend`: its extraction backend. `runtime`: the
+    model (a spec is loaded after the checks; the paper protocol loads float16 on CUDA) and the running
+    options (`batch_tokens` for the scoring and the extraction alike), or their keywords."""
     from babelprobe.analysis import methods
     from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
     from babelprobe.benchmarks.scoring import score_pairs
     from babelprobe.items import items_hash, load_items, probe_target, strongest_distractor, to_pairs
-    from babelprobe.models import load_model
     from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.runs import open_run
     from babelprobe.tables import read_table
 
-    settings = given(CompareSettings, settings, values)
     out = Path(out)
+    check_kind(out, "compare", "compare")
     if isinstance(items, str):
         source = source or {"source": items}
     items = load_items(items)
@@ -155,40 +147,44 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
         _score_from(items)
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
-    if isinstance(model, str):  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
+    acts = Path(acts) if acts is not None else out / "acts"
+    if (out / MANIFEST).exists():  # another run in OUT, or another store at acts: before the model loads
+        check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
+                       runtime.overwrite, WHAT)
+    _check_store(acts, runtime, items)
+    if not is_peak(settings.layers):  # the neuro view's layer against the model's config, before it loads
+        from babelprobe.extract.layers import parse_layers
+
+        parse_layers(settings.layers, runtime.info.n_layers)
+    if not runtime.loaded:  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
         from babelprobe.analysis.xcomps import protocol_dtype
 
-        lm = load_model(model, dtype=protocol_dtype(settings.protocol, None, None))
-    else:
-        lm = model
+        runtime = runtime.replace(model_dtype=protocol_dtype(settings.protocol, runtime.model_dtype, runtime.device))
+    lm = runtime.lm
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
                    record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings),
                            "probe_target": probe_target(items)},
-                   manifest=MANIFEST, overwrite=overwrite, outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()),
-                   what="a comparison of another model or item set")
-    acts = Path(acts) if acts is not None else out / "acts"
+                   manifest=MANIFEST, overwrite=runtime.overwrite,
+                   outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()), what=WHAT)
 
     def scored(method: str, scorer_settings):
         """Score in chunks kept beside the table, so an interrupted compare resumes mid-stage."""
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
-                                   batch_tokens=batch_tokens, progress=progress)
+                                   batch_tokens=runtime.batch_tokens, progress=runtime.progress)
 
-    direct_settings = DirectSettings(settings.reduction, conditional=settings.conditional)
-    direct = run.stage("direct", settings.stage("direct"), scored("direct", direct_settings),
-                       out / "direct.csv", read_table)
+    direct = run.stage("direct", settings.stage("direct"), scored("direct", settings.direct), out / "direct.csv",
+                       read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
-    meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)
-    meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
+    meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", settings.meta),
                      out / "meta.csv", read_table) if asks_meta else None
-    store_digest = _ensure_store(lm, items, acts, overwrite, pool=settings.pool, backend=backend, source=source,
-                                 progress=progress)
+    store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool, backend=backend,
+                                 source=source, batch_tokens=runtime.batch_tokens, progress=runtime.progress)
     from babelprobe.probes import ProbeResult, probe
 
     probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
 
     def probe_now():
-        result = probe(acts, folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed,
-                       pool=settings.pool, protocol=settings.protocol, items=items, progress=progress)
+        result = probe(acts, settings.probe, items=items, progress=runtime.progress)
         return _probe_written(result, out / "neuro.csv")
 
     probed = run.stage("neuro", probe_settings, probe_now, out / "neuro.csv", ProbeResult.read)
@@ -219,6 +215,22 @@ def diff(base: str | Path, other: str | Path) -> pd.DataFrame:
 def _probe_written(result, path: Path):
     result.write(path)
     return result
+
+
+def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame) -> None:
+    """A store already at `acts` was made with this model and these items (unless --overwrite): checked
+    against the model's files, before its weights load (`_ensure_store` checks again with the model)."""
+    from babelprobe.extract import open_store
+    from babelprobe.items import items_hash
+
+    if runtime.overwrite or not (acts / LAYOUTS["store"].manifest).exists():
+        return
+    store = open_store(acts, allow_incomplete=True)
+    other = "model" if store.fingerprint != runtime.info.fingerprint else \
+        "item set" if store.items_hash != items_hash(items) else None
+    if other is not None:
+        raise BabelprobeError(f"activation store {acts} was made with another {other} than the one being compared; "
+                              "point --acts elsewhere or pass --overwrite")
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:

@@ -65,6 +65,13 @@ LANGUAGE_IN_NAME = (re.compile(r"(?:^|[_\-./])comps_([a-z]{2})(?=$|[_\-./])"),  
 
 # --------------------------------------------------------------------------------------------- loading
 
+def check_limit(limit: int | None) -> None:
+    """`--limit` is a count of pairs (or questions) to keep: at least 1 (pandas' `head(-1)` would silently
+    drop each group's last one, `head(0)` keep nothing)."""
+    if limit is not None and (isinstance(limit, bool) or int(limit) != limit or limit < 1):
+        raise BabelprobeError(f"--limit must be at least 1, got {limit}")
+
+
 def load_items(source: str | Path | pd.DataFrame, languages: list[str] | None = None,
                subsets: list[str] | None = None, limit: int | None = None,
                language: str | None = None) -> pd.DataFrame:
@@ -86,6 +93,7 @@ def load_items(source: str | Path | pd.DataFrame, languages: list[str] | None = 
     if subsets:
         _check_selection("subset", subsets, items)
         items = items[items["subset"].isin(subsets)]
+    check_limit(limit)
     if limit is not None:
         first = items.drop_duplicates("pair_id").groupby(["language", "subset"], sort=False).head(limit)
         items = items[items["pair_id"].isin(first["pair_id"])]

@@ -33,10 +33,10 @@ from pathlib import Path
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.extract.settings import BACKENDS
-from babelprobe.probes.settings import POOLS, parse_controls
+from babelprobe.extract.settings import ExtractSettings
+from babelprobe.probes.settings import ProbeSettings
 from babelprobe.runs import LAYOUTS
-from babelprobe.settings import as_tuple, at_least, given, one_of, option, settings_record
+from babelprobe.settings import Nested, at_least, block, block_record, given, option, settings_record
 from babelprobe.tables import atomic_path, write_table
 
 EXECUTORS = ("local", "slurm")
@@ -45,36 +45,25 @@ MANIFEST = LAYOUTS["sweep"].manifest
 
 
 @dataclass(frozen=True)
-class SweepSettings:
-    """What changes the numbers of a sweep's extractions and probes (recorded in sweep.json)."""
+class SweepSettings(Nested):
+    """What changes the numbers of a sweep's extractions and probes (recorded in sweep.json): each job's own
+    settings class (flagged flat; `--pool` and `--layers` set both: what is stored is what is probed) and
+    the probe groups per job."""
 
-    pool: str = option("last", choices=POOLS, help="pooling stored and probed")
-    layers: str = option("all", metavar="SPEC", help="layers to store and probe: all, or e.g. 0,6,12-18")
-    backend: str = option("hf", choices=BACKENDS, help="extraction backend (all store the same values)")
-    by: tuple[str, ...] = option(STANDARD_GROUP, metavar="LIST", help="key columns that define the probe groups")
-    folds: int = option(5, metavar="K", help="probe cross-validation folds")
-    seed: int = option(0, help="probe fold, control and bootstrap seed")
-    n_boot: int = option(1000, metavar="N", help="bootstrap replicates over pairs (0: none)")
-    controls: tuple[str, ...] = option((), flag="--control", metavar="NAME", type=str,
-                                       help="none, shuffle, hewitt or all")
+    extract: ExtractSettings = block(ExtractSettings, ("pool", "layers", "backend"),
+                                     help="the extraction jobs' settings")
+    probe: ProbeSettings = block(ProbeSettings, ("by", "folds", "seed", "n_boot", "controls", "pool", "layers"),
+                                 help="the probe jobs' settings")
     groups_per_job: int = option(8, metavar="N", help="probe groups per job")
 
     def __post_init__(self):
-        object.__setattr__(self, "by", as_tuple(self.by))
-        object.__setattr__(self, "controls", parse_controls(self.controls))
-        object.__setattr__(self, "layers", str(self.layers))
-        one_of(self, "pool", POOLS)
-        one_of(self, "backend", BACKENDS)
-        at_least(self, "folds", 2)
-        at_least(self, "n_boot", 0)
         at_least(self, "groups_per_job", 1)
 
     def extract_options(self) -> dict:
-        return {"backend": self.backend, "pool": self.pool, "layers": self.layers}
+        return block_record(self, "extract")
 
     def probe_options(self) -> dict:
-        return {"pool": self.pool, "layers": self.layers, "folds": self.folds, "seed": self.seed,
-                "n_boot": self.n_boot, "controls": list(self.controls)}
+        return {k: v for k, v in block_record(self, "probe").items() if k != "by"}
 
 
 @dataclass(frozen=True)
@@ -188,17 +177,17 @@ def run_job(spec: dict) -> str:
 def _extract(job: Job) -> None:
     from babelprobe.extract import extract
     from babelprobe.items import load_items
-    from babelprobe.models import load_model
+    from babelprobe.runtime import Runtime
 
     options = dict(job.extract_options)
     limit, subsets = options.pop("limit", None), options.pop("subsets", None)
-    # the model's placement and dtype go to load_model; everything else is an `extract` option
-    load = {k: options.pop(k) for k in ("device", "model_dtype", "device_map", "max_memory") if k in options}
-    load["dtype"] = load.pop("model_dtype", None)
+    # the model, its placement and dtype and the batch budget are the runtime; everything else an `extract` option
+    running = {k: options.pop(k) for k in ("device", "model_dtype", "device_map", "max_memory", "batch_tokens")
+               if k in options}
     languages = list(job.languages) if job.languages else None
     items = load_items(job.items, languages=languages, subsets=subsets, limit=limit)
-    lm = load_model(job.model, **{k: v for k, v in load.items() if v is not None})
-    extract(lm, items, job.store, progress=False,
+    runtime = Runtime(model=job.model, progress=False, **{k: v for k, v in running.items() if v is not None})
+    extract(items, job.store, runtime=runtime,
             source={"source": job.items, "languages": languages, "subsets": subsets, "limit": limit}, **options)
 
 

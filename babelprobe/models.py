@@ -30,6 +30,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
@@ -201,12 +202,6 @@ class LoadedModel:
 
 # ---------------------------------------------------------------------------------------------- loading
 
-def as_model(model, load_options: dict | None = None):
-    """`model` itself when it is loaded already, else the model the spec names, loaded with `load_options`
-    (`load_model`'s keyword arguments): how every runner takes its `model` argument."""
-    return load_model(model, **(load_options or {})) if isinstance(model, str) else model
-
-
 def load_model(spec: str = "default", device: str | torch.device | None = None,
                dtype: str | torch.dtype | None = None, revision: str | None = None,
                trust_remote_code: bool = False, device_map: str | dict | None = None,
@@ -239,6 +234,68 @@ def load_model(spec: str = "default", device: str | torch.device | None = None,
                       fingerprint=fingerprint(model.config, tokenizer, _weight_files(directory)))
 
 
+@dataclass
+class ModelInfo:
+    """What the checks before loading need of a model spec, read from its files without its weights: the
+    name, layers and width from its config, and (on first use) the fingerprint `load_model` gives it, from
+    the config, the tokenizer and the weight files' hashes (remembered in the cache by the files' sizes and
+    times, so a second look costs nothing). Quacks like a `LoadedModel` for `name`, `fingerprint`,
+    `n_layers`, `d_model`."""
+
+    name: str
+    directory: Path
+    n_layers: int
+    d_model: int
+    trust_remote_code: bool = False
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return _directory_fingerprint(self.directory, self.trust_remote_code)
+
+
+def model_info(spec: str = "default", revision: str | None = None, trust_remote_code: bool = False) -> ModelInfo:
+    """`spec`'s `ModelInfo` (the same spec grammar as `load_model`; a hub model is downloaded, a .gguf
+    converted once, as loading would); its weights are never loaded."""
+    directory, name = _model_directory(spec, revision, trust_remote_code)
+    config = _read_config(directory, trust_remote_code).get_text_config()
+    return ModelInfo(name=name, directory=directory, n_layers=int(config.num_hidden_layers),
+                     d_model=int(config.hidden_size), trust_remote_code=trust_remote_code)
+
+
+def _read_config(directory: Path, trust_remote_code: bool):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(directory, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise BabelprobeError(f"cannot read the model config in {directory}: {str(err).splitlines()[0]}") from err
+
+
+def _directory_fingerprint(directory: Path, trust_remote_code: bool) -> str:
+    """`fingerprint` of the model in `directory` without loading its weights, remembered by its files'
+    names, sizes and modification times."""
+    directory = Path(directory).resolve()
+    stats = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir() if p.is_file())
+    key = hashlib.sha256(json.dumps([str(directory), stats]).encode()).hexdigest()
+    memo_file = cache_dir() / "fingerprints.json"
+    try:
+        memo = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if key not in memo:
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(directory, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as err:
+            raise BabelprobeError(f"cannot load the tokenizer in {directory}: {str(err).splitlines()[0]}") from err
+        memo[key] = fingerprint(_read_config(directory, trust_remote_code), tokenizer, _weight_files(directory))
+        tmp = memo_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, memo_file)
+    return memo[key]
+
+
 def load_remote_model(spec: str, revision: str | None = None, dtype: str | torch.dtype | None = None) -> LoadedModel:
     """A hub model's config and tokenizer with its weights on the meta device (nothing downloaded but
     JSON and tokenizer files), for a backend that runs the forward pass remotely (nnsight on NDIF).
@@ -265,6 +322,23 @@ def load_remote_model(spec: str, revision: str | None = None, dtype: str | torch
     lm.device = lm.parts.device = torch.device("cpu")  # inputs are built here and shipped with the request
     lm.remote = f"{repo}@{revision}" if revision else repo
     return lm
+
+
+def check_spec(spec: str) -> None:
+    """A one-line error when `spec` can name no model (`load_model`'s grammar), without downloading, converting
+    or loading anything: what every command checks before its other work."""
+    spec = str(spec)
+    if spec == "default" or _looks_like_hub_id(spec) and not Path(spec).expanduser().exists():
+        return
+    path = Path(spec).expanduser()
+    if spec.endswith(".gguf"):
+        if not path.is_file():
+            raise BabelprobeError(f"model file {spec} does not exist")
+    elif not path.is_dir():
+        raise BabelprobeError(f"unknown model spec {spec!r}: use 'default', a local model directory, "
+                              "a hub id like 'google/gemma-3-270m[@revision]', or a .gguf file")
+    elif not (path / "config.json").exists():
+        raise BabelprobeError(f"model directory {path} has no config.json")
 
 
 def _model_directory(spec: str, revision: str | None, trust_remote_code: bool) -> tuple[Path, str]:

@@ -115,16 +115,58 @@ def detect(path: str | Path) -> Layout | None:
     return None
 
 
+def check_kind(path: str | Path, kind: str | None, writer: str = "this command", flag: str = "--out") -> None:
+    """A one-line error when `path` holds a run of another kind than `kind` (None: any run at all): a run
+    directory is only written into, or replaced with --overwrite, by the command that made it, so that
+    nothing of another command's run is ever overwritten or deleted."""
+    found = detect(path) if Path(path).is_dir() else None
+    if found is not None and found.kind != kind:
+        raise BabelprobeError(f"{flag} {path} holds a {found.kind} run ({found.command}); {writer} does not write "
+                              "into another command's run, even with --overwrite: choose another --out")
+
+
 def partial_dir(out: str | Path) -> Path:
     out = Path(out)
     return out.parent / f".{out.name}.partial"
 
 
+class TokenMeter:
+    """Counts the real tokens of every forward pass of a model's body while it is open (a forward pre-hook;
+    padding left out), and shows the count on a progress bar: the bar of `score_resumably` moves by
+    finished chunks of units, the count moves with every batch inside one, so a long chunk (a language's
+    interventions, a chunk of patched pairs) is seen working rather than jumping from 0 to N at its end."""
+
+    def __init__(self, lm, bar=None):
+        self.lm, self.bar, self.tokens, self._handle = lm, bar, 0, None
+
+    def __enter__(self):
+        body = getattr(getattr(self.lm, "parts", None), "body", None)
+        if body is not None:
+            self._handle = body.register_forward_pre_hook(self._count, with_kwargs=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self._handle is not None:
+            self._handle.remove()
+
+    def _count(self, module, args, kwargs):
+        mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids", args[0] if args else None)
+        counted = mask if mask is not None else ids if ids is not None else kwargs.get("inputs_embeds")
+        if counted is None:
+            return
+        self.tokens += int(counted.sum()) if mask is not None else int(counted.shape[0] * counted.shape[1])
+        if self.bar is not None and not self.bar.disable:
+            self.bar.set_postfix_str(f"{self.tokens:,} tokens run", refresh=False)
+            self.bar.update(0)  # redraws at most every `mininterval` seconds
+
+
 def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.DataFrame, out: str | Path,
                     key: dict, chunk_pairs: int | None = None, progress: bool = True,
-                    desc: str = "scoring", unit: str = "pair_id") -> pd.DataFrame:
+                    desc: str = "scoring", unit: str = "pair_id", model=None) -> pd.DataFrame:
     """`score(chunk_of_items) -> rows` over all items, chunks of whole `unit`s (default: pairs) at a time,
-    resuming a partial run of the same `key`; writes the concatenated rows to `out` and returns them."""
+    resuming a partial run of the same `key`; writes the concatenated rows to `out` and returns them.
+    The bar counts finished units; with `model` (the `LoadedModel` scoring) it also counts the tokens of its
+    forward passes as they run (`TokenMeter`). An interruption keeps every finished chunk."""
     out, partial = Path(out), partial_dir(out)
     key = json.loads(json.dumps({**key, "items": _hash(items)}, sort_keys=True, default=str))
     pair_ids = list(dict.fromkeys(items[unit]))
@@ -145,12 +187,13 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
                   file=sys.stderr)
         bar = tqdm(total=len(pair_ids), initial=already, unit=unit.removesuffix("_id"), desc=desc, disable=not progress,
                    dynamic_ncols=True)
-        for index, chunk in enumerate(chunks):
-            if index not in done:
-                rows = score(items[items[unit].isin(chunk)])
-                with atomic_path(partial / f"chunk-{index:05d}.parquet") as tmp:
-                    rows.to_parquet(tmp, index=False)
-                bar.update(len(chunk))
+        with TokenMeter(model, bar):
+            for index, chunk in enumerate(chunks):
+                if index not in done:
+                    rows = score(items[items[unit].isin(chunk)])
+                    with atomic_path(partial / f"chunk-{index:05d}.parquet") as tmp:
+                        rows.to_parquet(tmp, index=False)
+                    bar.update(len(chunk))
         bar.close()
         frames = [pd.read_parquet(partial / f"chunk-{i:05d}.parquet") for i in range(len(chunks))]
         result = pd.concat(frames, ignore_index=True) if frames else score(items)
@@ -232,23 +275,35 @@ def open_run(out: str | Path, identity: dict, record: dict | None = None, manife
     identity = json.loads(json.dumps(identity, default=str))
     old = read_manifest(out / manifest)
     if old is not None:
-        differs = [k for k in identity if old.get(k) != identity[k]]
-        if not differs:
+        if check_identity(out, identity, manifest, overwrite, what):
             state = {**old, **(record or {}), **identity}
             state.setdefault("stages", {})
             run = RunDir(out, manifest, state, resumed=not overwrite)
             run.save()
             return run
-        if not overwrite:
-            k = differs[0]
-            raise BabelprobeError(f"{out / manifest}: this directory holds {what} with {k}={old.get(k)!r}, not "
-                                  f"{identity[k]!r}; use another --out or pass --overwrite")
         for name in outputs:
             target = out / name
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     run = RunDir(out, manifest, {**(record or {}), **identity, "stages": {}}, resumed=False)
     run.save()
     return run
+
+
+def check_identity(out: str | Path, identity: dict, manifest: str = MANIFEST, overwrite: bool = False,
+                   what: str = "a run") -> bool:
+    """Whether `out` holds a run of `identity` (the same run again); a run of another identity there is the
+    one-line refusal `open_run` makes, unless `overwrite`. Writes nothing: a runner calls it before its
+    model loads, with the identity the model's files give (`runtime.info`)."""
+    identity = json.loads(json.dumps(identity, default=str))
+    old = read_manifest(Path(out) / manifest)
+    if old is None:
+        return False
+    differs = [k for k in identity if old.get(k) != identity[k]]
+    if differs and not overwrite:
+        k = differs[0]
+        raise BabelprobeError(f"{Path(out) / manifest}: this directory holds {what} with {k}={old.get(k)!r}, not "
+                              f"{identity[k]!r}; use another --out or pass --overwrite")
+    return not differs
 
 
 def read_manifest(path: Path) -> dict | None:

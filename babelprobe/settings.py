@@ -19,8 +19,23 @@ and the rest follows from the declaration:
 - `settings_for(Settings, protocol, presets, **values)` applies a protocol preset and then the values
   given; a value that contradicts the preset is an error naming both (`--protocol paper` always means
   the paper's settings), everywhere;
-- `settings_record(settings)` is the JSON the run manifest records;
+- `settings_record(settings)` is the JSON the run manifest records (`from_record` reads it back);
 - notebooks pass the same values as keyword arguments (`bp.probe(store, folds=3)`), checked the same way.
+
+Settings nest: a command that runs other commands' steps holds their settings as blocks (`block`), e.g.
+
+    @dataclass(frozen=True)
+    class CompareSettings(Nested):
+        probe: ProbeSettings = block(ProbeSettings, ("protocol", "folds", "fold_scheme", "seed", "pool"))
+        meta: MetaSettings = block(MetaSettings, ("rule", "reduction", "prompts"))
+        direct: DirectSettings = block(DirectSettings, ("reduction",))
+        layers: str = option("peak", "neuro layer of the per-pair view")
+
+The block's fields named there are the command's own settings: flagged flat (`--folds`, not
+`--probe-folds`; a name in several blocks, `reduction`, is one flag that sets each), read flat
+(`settings.folds`), given flat (`compare(..., folds=3)`, `settings_for`), recorded flat (the record keeps
+the keys a flat class had); its other fields keep their defaults. `settings.probe` is a `ProbeSettings`
+that the probe step takes as it is.
 
 Options that change only speed or output (device, threads, progress bars) are not settings.
 """
@@ -47,13 +62,76 @@ def option(default, help: str = "", **metadata):
     return dataclasses.field(default=default, metadata={"help": help, **metadata})
 
 
+def block(cls, fields: tuple[str, ...], help: str = "") -> dataclasses.Field:
+    """A field holding the settings block `cls` (nested settings, module docstring): `fields` are the block's
+    fields that are the command's own settings (flagged, given and recorded flat); the others keep `cls`'s
+    defaults."""
+    return dataclasses.field(default_factory=cls, metadata={
+        "help": help or f"the {cls.__name__} of its step", "block": cls, "fields": tuple(fields)})
+
+
+class Nested:
+    """A settings class with blocks: a block's field reads as the settings' own (`settings.folds` is
+    `settings.probe.folds`)."""
+
+    def __getattr__(self, name):
+        if not name.startswith("_"):
+            for block_name, field in _blocks(type(self)).items():
+                if name in field.metadata["fields"]:
+                    return getattr(object.__getattribute__(self, block_name), name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _blocks(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if "block" in f.metadata}
+
+
+def flat_fields(cls) -> dict[str, list[tuple[str | None, dataclasses.Field]]]:
+    """The settings of `cls` as its flags see them: name -> [(the block holding it, or None: `cls` itself,
+    its field)], in declaration order (a block's fields where the block is declared)."""
+    found: dict[str, list] = {}
+    for field in dataclasses.fields(cls):
+        if "block" not in field.metadata:
+            found.setdefault(field.name, []).append((None, field))
+            continue
+        inner = {f.name: f for f in dataclasses.fields(field.metadata["block"])}
+        for name in field.metadata["fields"]:
+            found.setdefault(name, []).append((field.name, inner[name]))
+    return found
+
+
+def setting_field(cls, name: str) -> dataclasses.Field | None:
+    """The field that declares setting `name` of `cls` (in a block: the block's own)."""
+    paths = flat_fields(cls).get(name)
+    return paths[0][1] if paths else None
+
+
+def build(cls, values: Mapping):
+    """`cls` from flat `values` (a block's fields go into its block; a block given whole is taken as it is)."""
+    paths, kwargs, inner = flat_fields(cls), {}, {}
+    unknown = sorted(set(values) - set(paths) - set(_blocks(cls)))
+    if unknown:
+        raise BabelprobeError(f"unknown setting {unknown[0]!r}; settings: {', '.join(sorted(paths))}")
+    for name, value in values.items():
+        if name in _blocks(cls) and name not in paths:
+            kwargs[name] = value
+            continue
+        for block_name, _ in paths[name]:
+            if block_name is None:
+                kwargs[name] = value
+            else:
+                inner.setdefault(block_name, {})[name] = value
+    for block_name, sub in inner.items():
+        if block_name not in kwargs:
+            kwargs[block_name] = _blocks(cls)[block_name].metadata["block"](**sub)
+    return cls(**kwargs)
+
+
 def flag(settings_or_class, name: str) -> str:
     """The command-line flag of field `name` (`--max-new-tokens` for `max_new_tokens`)."""
     cls = settings_or_class if isinstance(settings_or_class, type) else type(settings_or_class)
-    for field in dataclasses.fields(cls):
-        if field.name == name:
-            return field.metadata.get("flag", "--" + name.replace("_", "-"))
-    return "--" + name.replace("_", "-")
+    field = setting_field(cls, name)
+    return field.metadata.get("flag", "--" + name.replace("_", "-")) if field else "--" + name.replace("_", "-")
 
 
 def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping] | None = None, **values):
@@ -65,8 +143,8 @@ def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping
     taken as not given. The chosen protocol is stored in the field
     `protocol` when `cls` has one."""
     presets = dict(presets if presets is not None else getattr(cls, "PROTOCOLS", {}) or {})
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    names = set(fields)
+    fields = {name: setting_field(cls, name) for name in flat_fields(cls)}
+    names = set(fields) | set(_blocks(cls))
     protocol = protocol or "default"
     if protocol != "default" and protocol not in presets:
         known = ", ".join(["default", *(p for p in presets if p != "default")])
@@ -79,6 +157,9 @@ def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping
     for name, value in values.items():
         if value is None:
             continue
+        if name not in fields:  # a whole block, given as it is
+            chosen[name] = value
+            continue
         value = current_value(fields[name], value)
         budget = fields[name].metadata.get("budget", False)
         if protocol != "default" and name in preset and not budget and not _same(value, preset[name]):
@@ -88,7 +169,7 @@ def settings_for(cls, protocol: str | None = None, presets: Mapping[str, Mapping
         chosen[name] = value
     if "protocol" in names:
         chosen["protocol"] = protocol
-    return cls(**chosen)
+    return build(cls, chosen)
 
 
 def given(cls, settings=None, values: Mapping | None = None):
@@ -102,7 +183,7 @@ def given(cls, settings=None, values: Mapping | None = None):
         return settings
     if getattr(cls, "PROTOCOLS", None):
         return settings_for(cls, values.pop("protocol", None), **values)
-    return cls(**values)
+    return build(cls, values)
 
 
 def current_value(field: dataclasses.Field, value):
@@ -123,8 +204,29 @@ def resolve_values(settings) -> None:
 
 
 def settings_record(settings) -> dict:
-    """The settings as plain JSON values (tuples as lists), for manifests and rows."""
+    """The settings as plain JSON values (tuples as lists), for manifests and rows; flat (a block's own
+    fields under their names, as the flags have them)."""
+    if _blocks(type(settings)):
+        return {name: _plain(getattr(settings, name)) for name in flat_fields(type(settings))}
     return {k: _plain(v) for k, v in dataclasses.asdict(settings).items()}
+
+
+def block_record(settings, name: str) -> dict:
+    """The record of block `name`'s own fields (those the settings set), flat: a step's part of the record."""
+    fields = dataclasses.fields(type(settings))
+    return {f: _plain(getattr(settings, f)) for f in next(x for x in fields if x.name == name).metadata["fields"]}
+
+
+def from_record(cls, record: Mapping):
+    """The settings `settings_record` recorded, rebuilt (JSON lists back as tuples where the field holds a
+    tuple); `from_record(cls, settings_record(s)) == s`."""
+    values = {name: _tupled(value) if isinstance(value, list) else value
+              for name, value in record.items() if name in flat_fields(cls)}
+    return build(cls, values)
+
+
+def _tupled(value):
+    return tuple(_tupled(v) if isinstance(v, list) else v for v in value)
 
 
 def _plain(value):

@@ -127,12 +127,29 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if not path.exists():
         raise BabelprobeError(f"result table {path} does not exist")
     if path.suffix == ".csv":
-        return decode_json_lists(pd.read_csv(path, keep_default_na=False, na_values=[""]))
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    if path.suffix in (".jsonl", ".json"):
+        return decode_json_lists(read_csv(path, keep_default_na=False, na_values=[""]))
+    if path.suffix not in FORMATS:
+        raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(FORMATS)}")
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
         return pd.read_json(path, orient="records", lines=path.suffix == ".jsonl")
-    raise BabelprobeError(f"{path}: unknown table format {path.suffix!r}; use {', '.join(FORMATS)}")
+    except (ValueError, OSError) as err:  # pyarrow's and pandas' parse errors are ValueErrors
+        raise BabelprobeError(f"{path}: not a readable {path.suffix[1:]} table ({_first_line(err)})") from err
+
+
+def read_csv(path: str | Path, **options) -> pd.DataFrame:
+    """`pd.read_csv`, with an empty or malformed file as a one-line error naming it (not pandas' traceback)."""
+    try:
+        return pd.read_csv(path, **options)
+    except pd.errors.EmptyDataError:
+        raise BabelprobeError(f"{path}: the file is empty; it needs a header line and rows") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise BabelprobeError(f"{path}: not a readable table ({_first_line(err)})") from err
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 # ---------------------------------------------------------------------------------- list-valued cells

@@ -94,7 +94,8 @@ def test_output_directory_missing_is_created_unwritable_is_an_error(tmp_path, mo
         assert "babelprobe: error:" in capsys.readouterr().err
     import babelprobe.extract.store as store_module
 
-    monkeypatch.setattr(store_module.os, "access", lambda *a: False)  # what a read-only directory reports
+    # what a read-only directory reports: readable, not writable
+    monkeypatch.setattr(store_module.os, "access", lambda path, mode, *a, **k: not mode & store_module.os.W_OK)
     assert main(["extract", "--model", str(model_dir), "--items", str(items), "--out", str(tmp_path / "ro")]) == 2
     assert "is not writable" in capsys.readouterr().err
 

@@ -23,8 +23,11 @@ from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, sa
 from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
 from babelprobe.benchmarks.base import Models, as_models, benchmark, benchmark_settings
 from babelprobe.benchmarks.bridges import lmeval
+from babelprobe.errors import BabelprobeError
+from babelprobe.items import check_limit
 from babelprobe.models import LoadedModel
-from babelprobe.runs import LAYOUTS, open_run
+from babelprobe.runs import LAYOUTS, check_kind, open_run
+from babelprobe.runtime import Runtime
 from babelprobe.settings import settings_record
 from babelprobe.tables import write_table
 
@@ -43,17 +46,23 @@ class BenchmarkRun:
     figures: list[Path] = field(default_factory=list)
 
 
-def run_benchmark(name: str, models: Models | LoadedModel | str, source: str | Path, out: str | Path,
+def run_benchmark(name: str, models: Models | Runtime | LoadedModel | str, source: str | Path, out: str | Path,
                   settings=None, languages: list[str] | None = None, limit: int | None = None,
-                  overwrite: bool = False, progress: bool = True, figures: bool = True) -> BenchmarkRun:
+                  overwrite: bool | None = None, progress: bool | None = None,
+                  figures: bool | None = None) -> BenchmarkRun:
     """Load `source`, run benchmark `name` on it and write `items.csv`, `summary.csv`, `run.json` and,
     with `figures`, its figure (`plot_benchmark`: `NAME.pdf`, `NAME.png`) into `out`. The data and the
     settings are checked before any model loads or anything is written (the contract's `prepare` and
     `check`). A rerun with the same model and settings reuses what the run keeps (it resumes); another
-    model or other settings there are refused unless `overwrite`."""
+    model or other settings there are refused unless `overwrite`. `models`: the runtime (`Runtime`, or
+    `Models` with generators' options; a model or spec makes one); `overwrite`, `progress`, `figures`
+    given here replace the runtime's."""
     module = benchmark(name)
     settings = settings if settings is not None else benchmark_settings(module)
-    models = as_models(models)
+    check_limit(limit)
+    check_kind(out, "bench", f"bench {name}")
+    models = _with_options(as_models(models), overwrite=overwrite, progress=progress, figures=figures)
+    runtime = models.runtime
     data = module.load(source, languages=languages, limit=limit)
     if hasattr(module, "prepare"):
         data = module.prepare(data, settings)
@@ -62,16 +71,17 @@ def run_benchmark(name: str, models: Models | LoadedModel | str, source: str | P
     who = models.identity(module.answerer(settings))
     identity = {"benchmark": name, "fingerprint": who["fingerprint"], **settings_record(settings)}
     run = open_run(out, identity, record={"model": who["model"], "data": str(source), "languages": languages,
-                                          "limit": limit}, overwrite=overwrite, outputs=(ROWS, SUMMARY),
+                                          "limit": limit}, overwrite=runtime.overwrite, outputs=(ROWS, SUMMARY),
                    what=f"a {name} run")
-    rows = module.run(data, models, settings, out=run.path, progress=progress)
+    rows = module.run(data, models, settings, out=run.path, progress=runtime.progress)
     for column, value in (("model", who["model"]), ("fingerprint", who["fingerprint"])):
         if column not in rows.columns:
             rows[column] = value
     summary = module.summarize(rows)
     write_table(rows, run.path / ROWS)
     write_table(summary, run.path / SUMMARY)
-    drawn = plot_benchmark(name, summary, run.path / name, model=who["model"], source=source) if figures else []
+    drawn = plot_benchmark(name, summary, run.path / name, model=who["model"], source=source) \
+        if runtime.figures else []
     return BenchmarkRun(rows=rows, summary=summary, out=run.path, identity={**identity, "model": who["model"]},
                         figures=drawn)
 
@@ -581,9 +591,9 @@ class AffinityRun:
     figures: list[Path] = field(default_factory=list)
 
 
-def run_affinity(models: Models | LoadedModel | str, source: str | Path, out: str | Path, settings=None,
-                 languages: list[str] | None = None, limit: int | None = None, overwrite: bool = False,
-                 progress: bool = True, **values) -> AffinityRun:
+def run_affinity(models: Models | Runtime | LoadedModel | str, source: str | Path, out: str | Path, settings=None,
+                 languages: list[str] | None = None, limit: int | None = None, overwrite: bool | None = None,
+                 progress: bool | None = None, **values) -> AffinityRun:
     """Fig. 7 of Cross-Lingual Pitfalls (§3.3, App. B.2) from found pairs (`source`: what `bench pitfalls`
     reads; `limit` pairs per seed language, the paper: 100): expand every seed language's pairs into the
     other languages of `source`, answer them (`settings.answer`), write `pairs.csv`, `pairs-dropped.csv`,
@@ -598,10 +608,15 @@ def run_affinity(models: Models | LoadedModel | str, source: str | Path, out: st
 
     if settings is None:
         settings = settings_for(AffinitySettings, values.pop("protocol", None), AFFINITY_PROTOCOLS, **values)
+    elif values:
+        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    check_limit(limit)
+    check_kind(out, "pitfalls-affinity", "bench pitfalls-affinity")
     questions = pitfalls.load_pitfalls(source, languages, limit)
     names = list(dict.fromkeys(questions["language_name"]))
     check_languages(names, settings)
-    models = as_models(models)
+    models = _with_options(as_models(models), overwrite=overwrite, progress=progress)
+    overwrite, progress = models.runtime.overwrite, models.runtime.progress
     answering = "model" if settings.answer == "likelihood" else settings.generator
     who = models.identity(answering)
     identity = {"benchmark": "pitfalls-affinity", "fingerprint": who["fingerprint"], **settings_record(settings)}
@@ -625,6 +640,14 @@ def run_affinity(models: Models | LoadedModel | str, source: str | Path, out: st
     drawn = plot_affinity(affinity, run.path / "pitfalls_fig7",
                           title=f"Relative Affinity Score (Fig. 7): {who['model']}")
     return AffinityRun(pairs=pairs, rows=rows, accuracy=accuracy, affinity=affinity, out=run.path, figures=drawn)
+
+
+def _with_options(models: Models, **options) -> Models:
+    """`models` with the runtime options given (not None) in place of its runtime's."""
+    given = {k: v for k, v in options.items() if v is not None}
+    if given:
+        models.runtime = models.runtime.replace(**given)
+    return models
 
 
 def pitfalls_code(name: str) -> str:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import importlib
 import math
-from functools import cached_property
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -50,6 +49,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from babelprobe.models import LoadedModel
+    from babelprobe.runtime import Runtime
 
 BENCHMARKS = {name: f"babelprobe.benchmarks.{name}" for name in ("stingray", "eclektic", "consistency", "pitfalls")}
 CONTRACT = ("NAME", "TITLE", "Settings", "load", "run", "summarize", "format_summary", "answerer")
@@ -71,23 +71,33 @@ def benchmark(name: str) -> ModuleType:
 class Models:
     """What a benchmark may ask to answer with: the local model and generators by spec.
 
-    `model` is a `LoadedModel` or a spec for `load_model` (with `load_options`: device, dtype, revision,
-    trust_remote_code), loaded on first use. `http` holds the options of OpenAI-compatible endpoints
-    (api_key_env, timeout, retries, rate_limit, workers); `batch_size` is the local generation batch
-    and `batch_tokens` the token budget of likelihood scoring. None of these change the numbers."""
+    `runtime` (`runtime.Runtime`) holds the local model, loaded on first use (a run that only calls an HTTP
+    endpoint never loads one), and the running options (`batch_tokens`: the token budget of likelihood
+    scoring, `progress`); without one it is made of `model` (a `LoadedModel` or a spec), `load_options`
+    (device, dtype, revision, trust_remote_code), `batch_tokens` and `progress`. `http` holds the options of
+    OpenAI-compatible endpoints (api_key_env, timeout, retries, rate_limit, workers); `batch_size` is the
+    local generation batch. None of these change the numbers."""
 
     def __init__(self, model: LoadedModel | str = "default", load_options: dict | None = None,
-                 http: dict | None = None, batch_size: int = 8, batch_tokens: int = 4096, progress: bool = True):
-        self._model, self.load_options = model, dict(load_options or {})
-        self.http, self.batch_size, self.batch_tokens, self.progress = dict(http or {}), batch_size, batch_tokens, progress
+                 http: dict | None = None, batch_size: int = 8, batch_tokens: int = 4096, progress: bool = True,
+                 runtime: Runtime | None = None):
+        from babelprobe.runtime import Runtime
 
-    @cached_property
+        self.runtime = runtime if runtime is not None else Runtime(model=model, batch_tokens=batch_tokens,
+                                                                   progress=progress, **_runtime_keys(load_options))
+        self.http, self.batch_size = dict(http or {}), batch_size
+
+    @property
     def lm(self) -> LoadedModel:
-        from babelprobe.models import LoadedModel, load_model
+        return self.runtime.lm
 
-        if isinstance(self._model, LoadedModel):
-            return self._model
-        return load_model(self._model, **self.load_options)
+    @property
+    def batch_tokens(self) -> int:
+        return self.runtime.batch_tokens
+
+    @property
+    def progress(self) -> bool:
+        return self.runtime.progress
 
     def generator(self, spec: str):
         """A `Generator` from a spec ('local' is the local model; see `core.options.SPEC_HELP`)."""
@@ -105,8 +115,17 @@ class Models:
         return {"model": generator.name, "fingerprint": getattr(generator, "fingerprint", generator.name)}
 
 
-def as_models(models: Models | LoadedModel | str) -> Models:
-    return models if isinstance(models, Models) else Models(models)
+def _runtime_keys(load_options: dict | None) -> dict:
+    """`load_model`'s keywords as the runtime's fields (its `dtype` is the runtime's `model_dtype`)."""
+    return {("model_dtype" if k == "dtype" else k): v for k, v in (load_options or {}).items() if v is not None}
+
+
+def as_models(models: Models | Runtime | LoadedModel | str) -> Models:
+    from babelprobe.runtime import Runtime
+
+    if isinstance(models, Models):
+        return models
+    return Models(runtime=models) if isinstance(models, Runtime) else Models(models)
 
 
 # -------------------------------------------------------------------------------------------- settings

@@ -19,13 +19,14 @@ import pandas as pd
 from babelprobe.benchmarks.core.logprobs import REDUCTIONS, reduce, token_logprobs
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import load_items, strongest_distractor, to_pairs
-from babelprobe.models import LoadedModel, load_model
+from babelprobe.models import LoadedModel
+from babelprobe.runtime import Runtime
 
 
 def score_texts(model: LoadedModel | str, texts: list[str], reduction: str = "sum",
                 **options) -> pd.DataFrame:
     """Score plain sentences: one row per text with `score`, `n_tokens` and the token log-probs."""
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
     scored = token_logprobs(lm, list(texts), **options)
     return pd.DataFrame({"text": list(texts), "score": [reduce(s, t, reduction) for s, t in zip(scored, texts)],
                          "n_tokens": [s.n_tokens for s in scored],
@@ -42,7 +43,7 @@ def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction:
     items = load_items(items, languages=languages, limit=limit)
     to_pairs(items, strongest_distractor(items))  # the pairs (or questions) are well formed: before the model
     texts, starts = items["text"].tolist(), _score_from(items) if conditional else None
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
     scored = dict(zip(items["item_id"], token_logprobs(
         lm, texts, score_from=starts, names=items["item_id"].tolist(), batch_tokens=batch_tokens,
         padding_side=padding_side, truncate=truncate, progress=progress)))

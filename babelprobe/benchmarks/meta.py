@@ -54,8 +54,9 @@ import pandas as pd
 from babelprobe.benchmarks.core.logprobs import REDUCTIONS, reduce, shared_prefix_logprobs, token_logprobs
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import load_items, to_pairs
-from babelprobe.models import LoadedModel, load_model
+from babelprobe.models import LoadedModel
 from babelprobe.prompts import check_placeholders, read_prompts
+from babelprobe.runtime import Runtime
 
 RULES = ("sum", "both", "first")
 ORDERS = ("gf", "bf")  # acceptable ("good") concept listed first, unacceptable ("bad") first
@@ -244,7 +245,7 @@ def score_meta(model: LoadedModel | str, items: pd.DataFrame | str, rule: str = 
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
     pairs, asked, templates = meta_requests(load_items(items, languages=languages, limit=limit), prompts,
                                             prompt_language)
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
     render, prompt_format = _renderer(lm, chat_template)
 
     texts, starts, spans = prompt_texts(pairs, templates, asked, close_quote, render)

@@ -108,4 +108,4 @@ def score_pairs(method: str, lm, items, out: str | Path, settings=None, *, batch
         def score(chunk):
             return score_meta(lm, chunk, share_prefix=share_prefix, batch_tokens=batch_tokens,
                               padding_side=padding_side, progress=False, **options)
-    return score_resumably(score, items, out, key, progress=progress, desc=method)
+    return score_resumably(score, items, out, key, progress=progress, desc=method, model=lm)

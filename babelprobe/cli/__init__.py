@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 
+from babelprobe.cli import registry
 from babelprobe.errors import BabelprobeError
 
 # babelprobe.cli.<name>.register(subparsers) adds that module's commands, in this order in --help.
@@ -25,12 +26,24 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(f"babelprobe.cli.{name}").register(sub)
+    name_commands(parser)
     return parser
+
+
+def name_commands(parser, path: tuple[str, ...] = ()) -> None:
+    """Each command's parser records its path (`args.command_path`: ("bench", "xnli")), by which `main`
+    finds it in the registry."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                sub.set_defaults(command_path=path + (name,))
+                name_commands(sub, path + (name,))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        registry.check(registry.command_of(args.command_path), args)  # every command's common checks, first
         return args.func(args) or 0
     except BabelprobeError as err:
         print(f"babelprobe: error: {err}", file=sys.stderr)

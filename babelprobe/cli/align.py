@@ -20,8 +20,8 @@ from babelprobe.cli.common import (
     add_alias,
     add_items_options,
     add_model_options,
+    add_runtime_options,
     add_settings_options,
-    load_options,
 )
 from babelprobe.latent.settings import AlignSettings
 
@@ -43,20 +43,18 @@ def register(sub) -> None:
     add_alias(group, "--layer", "matrix_layer", type=int)
     group.add_argument("--matrix-layer", type=int, metavar="N",
                        help="layer of the language × language figure (default: the best mean retrieval)")
-    group.add_argument("--overwrite", action="store_true", help="replace results of another store or settings")
-    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_runtime_options(parser, ("overwrite", "progress"))
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from babelprobe.cli.common import items_source, settings_from
+    from babelprobe.cli.common import items_source, runtime_from, settings_from
     from babelprobe.latent.run import align
 
     settings = settings_from(args, AlignSettings)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit}
-    result = align(args.model, items_source(args), args.out, settings, acts=args.acts, compare=args.compare,
-                   matrix_layer=args.matrix_layer, load_options=load_options(args), source=source,
-                   overwrite=args.overwrite, progress=not args.no_progress)
+    result = align(items_source(args), args.out, settings, runtime_from(args), acts=args.acts, compare=args.compare,
+                   matrix_layer=args.matrix_layer, source=source)
     print(_summary(result))
     print(f"wrote curves.csv, matrix.csv, items.csv{', correlations.csv' if args.compare else ''} and "
           f"{len(result.figures)} figures to {args.out}")

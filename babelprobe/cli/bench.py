@@ -14,6 +14,7 @@ import argparse
 
 from babelprobe.benchmarks.base import BENCHMARKS, benchmark
 from babelprobe.bundled import bundled_sets
+from babelprobe.cli import common
 from babelprobe.cli.common import (
     add_alias,
     add_http_options,
@@ -21,7 +22,7 @@ from babelprobe.cli.common import (
     add_settings_options,
     comma_list,
     http_options,
-    load_options,
+    runtime_from,
     settings_from,
 )
 from babelprobe.errors import BabelprobeError
@@ -57,7 +58,6 @@ def add_source_options(parser, name: str) -> None:
     add_old_spellings(group)
     group.add_argument("--limit", type=int, metavar="N", help="at most N items per language (pair)")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory (rows, summary, figure)")
-    group.add_argument("--overwrite", action="store_true", help="replace a run of another model or settings in --out")
 
 
 def add_task_options(parser) -> None:
@@ -98,20 +98,19 @@ def require_items(args) -> None:
 
 
 def add_runtime_options(parser) -> None:
-    """Options that change speed, never numbers."""
-    group = parser.add_argument_group("running")
+    """Options that change speed, never numbers: the runtime's (`cli.common.add_runtime_options`), the local
+    generation batch and the endpoints'."""
+    common.add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"))
+    group = next(g for g in parser._action_groups if g.title == "running (does not change the numbers)")
     group.add_argument("--batch-size", type=int, default=8, metavar="N", help="local generation batch size (default 8)")
-    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N",
-                       help="token budget per likelihood batch (default 4096)")
-    group.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_http_options(parser)
 
 
 def models_from(args):
+    """The runtime of the flags, with the generators' options (`benchmarks.base.Models`)."""
     from babelprobe.benchmarks.base import Models
 
-    return Models(args.model, load_options=load_options(args), http=http_options(args), batch_size=args.batch_size,
-                  batch_tokens=args.batch_tokens, progress=not args.no_progress)
+    return Models(runtime=runtime_from(args), http=http_options(args), batch_size=args.batch_size)
 
 
 def run(args) -> int:
@@ -122,8 +121,7 @@ def run(args) -> int:
     module = benchmark(args.benchmark_name)
     settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))
     result = run_benchmark(args.benchmark_name, models_from(args), args.items, args.out, settings,
-                           languages=args.languages, limit=args.limit, overwrite=args.overwrite,
-                           progress=not args.no_progress)
+                           languages=args.languages, limit=args.limit)
     protocol = f", protocol {settings.protocol}" if hasattr(settings, "protocol") else ""
     print(f"{module.TITLE.split(':')[0]} ({args.items}), {result.identity['model']}{protocol}:")
     print(module.format_summary(result.summary))
@@ -150,7 +148,6 @@ def add_search_parser(names) -> None:
     add_old_spellings(group)
     group.add_argument("--limit", type=int, metavar="N", help="at most N seed questions")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    group.add_argument("--overwrite", action="store_true", help="replace a search of another model in --out")
     roles = search.add_argument_group("who does what")
     roles.add_argument("--perturber", default="local", metavar="SPEC", help="generator writing distractions (default local)")
     roles.add_argument("--translator", default="local", metavar="SPEC", help="generator translating (default local)")
@@ -179,7 +176,7 @@ def run_search(args) -> int:
     models = models_from(args)
     found = search_languages(args.items, args.languages, models, settings, args.out, perturber=args.perturber,
                              translator=args.translator, sim_models=args.sim_models, reduction=args.reduction,
-                             limit=args.limit, overwrite=args.overwrite, progress=not args.no_progress)
+                             limit=args.limit, overwrite=args.overwrite, progress=args.progress)
     for name, (seeds, total, records) in found.items():
         values = [r["value"] for r in records]
         print(f"{name}: {seeds} of {total} seed questions kept (answered right in English by the simulation models "
@@ -214,8 +211,7 @@ def run_affinity(args) -> int:
     from babelprobe.benchmarks.pitfalls.settings import AFFINITY_PROTOCOLS, AffinitySettings
 
     settings = settings_from(args, AffinitySettings, AFFINITY_PROTOCOLS)
-    result = run_it(models_from(args), args.items, args.out, settings, languages=args.languages, limit=args.limit,
-                    overwrite=args.overwrite, progress=not args.no_progress)
+    result = run_it(models_from(args), args.items, args.out, settings, languages=args.languages, limit=args.limit)
     import sys
 
     from babelprobe.tables import read_table

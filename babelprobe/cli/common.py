@@ -11,26 +11,54 @@ import argparse
 import dataclasses
 import typing
 
-from babelprobe.settings import settings_for
+from babelprobe.settings import flat_fields, settings_for
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")
+MODEL = ("model", "revision", "device", "model_dtype", "trust_remote_code")  # the runtime's model options
+PLACEMENT = ("device_map", "max_memory", "offload_folder")                  # ... and its placement options
 
 
 def add_model_options(parser: argparse.ArgumentParser, dtype_alias: bool = True) -> None:
-    """--model and how to load it. The model's dtype is `--model-dtype` in every command; `--dtype`, its old
-    spelling, is a hidden alias where `--dtype` has no other meaning (`dtype_alias`; in extract and probe
-    it is the old spelling of --store-dtype / --solver-dtype)."""
-    group = parser.add_argument_group("model")
-    group.add_argument("--model", default="default", metavar="SPEC",
-                       help="'default' (Gemma-3-270M, offline), a local dir, a hub id ORG/NAME[@REV] or a .gguf file")
-    group.add_argument("--revision", help="hub revision (branch, tag or commit)")
-    group.add_argument("--device", help="cuda, mps or cpu (default: the first available)")
-    group.add_argument("--model-dtype", dest="model_dtype", choices=MODEL_DTYPES,
-                       help="float32, bfloat16 or float16 (default: bf16 on GPU, fp32 on CPU)")
-    if dtype_alias:
-        group.add_argument("--dtype", dest="model_dtype", choices=MODEL_DTYPES, help=argparse.SUPPRESS)
-    group.add_argument("--trust-remote-code", action="store_true",
-                       help="allow model code from the hub to run (off by default; only for models you trust)")
+    """--model and how to load it (the runtime's `MODEL` fields). The model's dtype is `--model-dtype` in every
+    command; `--dtype`, its old spelling, is a hidden alias where `--dtype` has no other meaning (`dtype_alias`;
+    in extract and probe it is the old spelling of --store-dtype / --solver-dtype)."""
+    add_runtime_options(parser, MODEL, "model", aliases=dtype_alias)
+
+
+def add_runtime_options(parser, names, title: str = "running (does not change the numbers)", aliases: bool = True,
+                        **defaults) -> None:
+    """The flags of the runtime fields `names` (`runtime.Runtime`: declared there once, with their help), in
+    a group `title`; `defaults` overrides a field's default for this command (`batch_tokens=8192`). A bool
+    field is a switch (`--overwrite`; `--no-progress` for one that is on by default). `aliases=False`: no
+    hidden old spellings (`--dtype`, where it means something else)."""
+    from babelprobe.runtime import Runtime
+
+    fields = {f.name: f for f in dataclasses.fields(Runtime)}
+    group = next((g for g in parser._action_groups if g.title == title), None) or parser.add_argument_group(title)
+    for name in names:
+        field = fields[name]
+        default = defaults.get(name, field.default)
+        flag = field.metadata.get("flag", "--" + name.replace("_", "-"))
+        help_text = field.metadata["help"] + (f" (default {default})" if not isinstance(default, bool) and
+                                              default is not None and name != "model" else "")
+        if isinstance(field.default, bool):
+            negative = flag.startswith("--no-")  # a field on by default: its flag switches it off
+            group.add_argument(flag, dest=name, action="store_false" if negative else "store_true", default=default,
+                               help=f"no {help_text}" if negative else help_text)
+            continue
+        options = dict(dest=name, default=default, choices=field.metadata.get("choices"),
+                       metavar=field.metadata.get("metavar"), type=int if isinstance(field.default, int) else None)
+        group.add_argument(flag, help=help_text, **options)
+        for alias in field.metadata.get("aliases", ()) if aliases else ():
+            group.add_argument(alias, help=argparse.SUPPRESS, **options)
+
+
+def runtime_from(args, **values):
+    """The `Runtime` of the runtime flags the command has (`add_runtime_options`), `values` beside them."""
+    from babelprobe.runtime import FIELDS, Runtime
+
+    given = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
+    return Runtime(**{**given, **values})
 
 
 def add_items_options(parser: argparse.ArgumentParser, required: bool = False, items: bool = True) -> None:
@@ -94,14 +122,12 @@ def http_options(args) -> dict:
 
 def load_options(args) -> dict:
     """`load_model` keyword arguments from the model options."""
-    return {"device": args.device, "dtype": args.model_dtype, "revision": args.revision,
-            "trust_remote_code": args.trust_remote_code}
+    return runtime_from(args).load_options()
 
 
 def model_from(args):
-    from babelprobe.models import load_model
-
-    return load_model(args.model, **load_options(args))
+    """The model of the command's runtime flags, loaded (`Runtime.lm`: the one door)."""
+    return runtime_from(args).lm
 
 
 # -------------------------------------------------------------------------------- settings as flags
@@ -112,9 +138,12 @@ def add_settings_options(parser, cls, title: str | None = None, presets: dict | 
     field's `flag` and `aliases` metadata rename it and add hidden old spellings), plus `--protocol` when
     there are `presets` (default `cls.PROTOCOLS`). Defaults stay unset here, so `settings_from` can tell a
     flag given explicitly from the protocol preset and the dataclass default. `skip`: fields without a flag."""
+    from babelprobe.settings import setting_field
+
     group = parser.add_argument_group(title or "settings (recorded in the run's manifest)")
     presets = presets if presets is not None else getattr(cls, "PROTOCOLS", {}) or {}
-    for field in dataclasses.fields(cls):
+    for name in flat_fields(cls):  # a block's fields flat, as the class's own (settings.block)
+        field = setting_field(cls, name)
         if field.name in skip or not field.metadata.get("cli", True):
             continue
         if field.name == "protocol":
@@ -154,7 +183,7 @@ def add_alias(parser, alias: str, dest: str, **options) -> None:
 def settings_from(args, cls, presets: dict | None = None, **extra):
     """The settings of `cls` from the flags given (the rest: the protocol preset, then the defaults);
     `extra` adds values that come from elsewhere (they count as given)."""
-    names = {f.name for f in dataclasses.fields(cls)} - {"protocol"}
+    names = [name for name in flat_fields(cls) if name != "protocol"]  # in declaration order: one message per run
     given = {name: getattr(args, name) for name in names if hasattr(args, name)}
     return settings_for(cls, getattr(args, "protocol", None), presets, **given, **extra)
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from babelprobe.cli.common import (
     add_items_options,
     add_model_options,
+    add_runtime_options,
     add_settings_options,
     items_from,
-    model_from,
+    runtime_from,
     settings_from,
 )
 from babelprobe.comparison import PROTOCOLS, CompareSettings
-from babelprobe.errors import BabelprobeError
 from babelprobe.extract.settings import BACKENDS
 
 
@@ -38,13 +38,11 @@ def register(sub) -> None:
     add_items_options(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory")
     add_settings_options(parser, CompareSettings, "comparison settings (recorded in compare.json)", PROTOCOLS)
-    group = parser.add_argument_group("running (does not change the numbers)")
+    group = parser.add_argument_group("the store (does not change the numbers)")
     group.add_argument("--acts", metavar="DIR", help="activation store to use or create (default OUT/acts)")
     group.add_argument("--backend", choices=BACKENDS, default="hf", help="extraction backend if a store must be made")
-    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="token budget per batch")
-    group.add_argument("--overwrite", action="store_true", help="replace results of another model or item set")
-    group.add_argument("--no-progress", action="store_true", help="no progress bars")
     group.add_argument("--diff", nargs=2, metavar=("BASE", "OTHER"), help=argparse.SUPPRESS)  # now `babelprobe diff`
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"))
     parser.set_defaults(func=run)
 
     diff = sub.add_parser("diff", help="the difference OTHER − BASE of two compare directories",
@@ -65,18 +63,12 @@ def run(args) -> int:
     from babelprobe.tables import check_out_dir
 
     settings = settings_from(args, CompareSettings, PROTOCOLS)  # settings, out and items: before any model work
-    if args.batch_tokens < 1:
-        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
     check_out_dir(args.out)
-    from babelprobe.analysis.xcomps import protocol_dtype
-
-    args.model_dtype = protocol_dtype(settings.protocol, args.model_dtype, args.device)  # the paper: float16 on CUDA
     items = items_from(args)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,
               "language": args.language}
-    result = compare(model_from(args), items, args.out, settings, acts=args.acts, backend=args.backend,
-                     batch_tokens=args.batch_tokens, source=source, overwrite=args.overwrite,
-                     progress=not args.no_progress)
+    result = compare(items, args.out, settings, runtime_from(args), acts=args.acts, backend=args.backend,
+                     source=source)
     print(f"protocol {settings.protocol}: {settings.description}")
     print(_summary_text(result))
     print(f"wrote items.csv ({len(result.items)} pairs), summary.csv, layers.csv, correlations.csv, "

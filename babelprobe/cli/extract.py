@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import sys
 
-from babelprobe.cli.common import add_items_options, add_model_options, add_settings_options, items_from
+from babelprobe.cli.common import (
+    PLACEMENT,
+    add_items_options,
+    add_model_options,
+    add_runtime_options,
+    add_settings_options,
+    items_from,
+    runtime_from,
+)
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.settings import ExtractSettings
 
@@ -30,17 +38,13 @@ def register(sub) -> None:
     add_items_options(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help="store directory (created if missing)")
     add_settings_options(parser, ExtractSettings, "extraction settings (recorded in the store's manifest)")
-    group = parser.add_argument_group("running (does not change the stored values)")
+    group = parser.add_argument_group("store files (do not change the stored values)")
     group.add_argument("--shard-size", type=int, metavar="N",
                        help="items per shard (default: at most 256 MiB of float32 per pooling and 2048 items)")
-    group.add_argument("--batch-tokens", type=int, default=8192, metavar="N",
-                       help="token budget per batch: batch size × longest text (default 8192)")
     group.add_argument("--compression", choices=COMPRESSIONS, default="none", help="HDF5 compression (default none)")
     group.add_argument("--padding-side", choices=("right", "left"), default="right",
                        help="padding side (results do not depend on it)")
-    group.add_argument("--overwrite", action="store_true",
-                       help="replace a store made with another model or other settings")
-    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"), batch_tokens=8192)
     parser.set_defaults(func=run_extract)
 
     check = sub.add_parser(
@@ -53,16 +57,9 @@ def register(sub) -> None:
 
 def add_placement_options(parser, replicas: bool = False, remote: bool = False) -> None:
     """Options that spread a model over devices (accelerate's dispatch), and for extract: replicas and NDIF."""
-    group = parser.add_argument_group("model placement (models larger than one device)")
-    group.add_argument("--device-map", metavar="MAP",
-                       help="load the model across devices through accelerate: auto, balanced, balanced_low_0, "
-                       "sequential, or a JSON file {module: device} (devices: 0, 1, ..., cpu, disk); "
-                       "instead of --device")
-    group.add_argument("--max-memory", metavar="LIST",
-                       help="memory per device for --device-map, e.g. 0=70GiB,1=70GiB,cpu=200GiB (what does not "
-                       "fit goes to disk)")
-    group.add_argument("--offload-folder", metavar="DIR",
-                       help="where disk-offloaded weights go (default: a temporary folder in the cache)")
+    title = "model placement (models larger than one device)"
+    add_runtime_options(parser, PLACEMENT, title)
+    group = next(g for g in parser._action_groups if g.title == title)
     if replicas:
         group.add_argument("--gpus-per-replica", type=int, metavar="G",
                            help="with --device-map under torchrun: each rank holds one copy of the model over G "
@@ -73,46 +70,38 @@ def add_placement_options(parser, replicas: bool = False, remote: bool = False) 
                            "the NDIF_API_KEY environment variable); only pooled states come back")
 
 
-def device_map_arg(value: str | None):
-    """--device-map: a strategy name, or a JSON file holding an explicit {module: device} map."""
-    if value is None or not value.endswith(".json"):
-        return value
-    import json
-    from pathlib import Path
-
-    try:
-        mapping = json.loads(Path(value).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise BabelprobeError(f"--device-map {value}: cannot read a JSON device map ({str(err).splitlines()[0]})") from err
-    if not isinstance(mapping, dict) or not mapping:
-        raise BabelprobeError(f"--device-map {value}: expected a JSON object {{module name: device}}")
-    return {name: int(where) if str(where).isdigit() else where for name, where in mapping.items()}
-
-
-def placed_model(args, local_device: str | None = None):
-    """The model of `args` on one device, dispatched over several (--device-map), or remote (--remote)."""
-    from babelprobe.extract.distributed import env_world, replica_gpus, replica_max_memory
-    from babelprobe.models import load_model, load_remote_model, parse_max_memory
-
+def check_placement(args) -> None:
+    """The placement flags go together (before any model work): --remote runs on NDIF through nnsight,
+    --gpus-per-replica needs --device-map; the runtime checks the rest (--device or --device-map, ...)."""
+    runtime = runtime_from(args)
     if getattr(args, "remote", False):
         if getattr(args, "backend", "hf") != "nnsight":
             raise BabelprobeError("--remote runs the forward passes through nnsight: add --backend nnsight")
-        if args.device_map or args.device:
+        if runtime.device_map or runtime.device:
             raise BabelprobeError("--remote runs the model on NDIF: leave out --device and --device-map")
-        return load_remote_model(args.model, revision=args.revision, dtype=args.model_dtype)
-    device_map = device_map_arg(args.device_map)
-    max_memory = parse_max_memory(args.max_memory)
-    per_replica = getattr(args, "gpus_per_replica", None)
-    if per_replica is not None and device_map is None:
+    if getattr(args, "gpus_per_replica", None) is not None and runtime.device_map is None:
         raise BabelprobeError("--gpus-per-replica needs --device-map (e.g. --device-map auto)")
+
+
+def placed_model(args, local_device: str | None = None):
+    """The model of `args` on one device, dispatched over several (--device-map), or remote (--remote):
+    the runtime's one door (`Runtime.lm`), with a replica's share of the GPUs under torchrun."""
+    from babelprobe.extract.distributed import env_world, replica_gpus, replica_max_memory
+    from babelprobe.models import load_remote_model, parse_max_memory
+
+    check_placement(args)
+    runtime = runtime_from(args)
+    if getattr(args, "remote", False):
+        return load_remote_model(runtime.model, revision=runtime.revision, dtype=runtime.model_dtype)
+    per_replica = getattr(args, "gpus_per_replica", None)
     import torch
 
-    if device_map is not None and torch.cuda.is_available() and (per_replica or env_world()[1] > 1):
-        max_memory = replica_max_memory(replica_gpus(per_replica or 1), max_memory)
-    device = args.device or (None if device_map is not None else local_device)
-    return load_model(args.model, device=device, dtype=args.model_dtype, revision=args.revision,
-                      trust_remote_code=args.trust_remote_code, device_map=device_map, max_memory=max_memory,
-                      offload_folder=args.offload_folder)
+    if runtime.device_map is not None and torch.cuda.is_available() and (per_replica or env_world()[1] > 1):
+        max_memory = replica_max_memory(replica_gpus(per_replica or 1), parse_max_memory(runtime.max_memory))
+        runtime = runtime.replace(max_memory=max_memory)
+    if runtime.device_map is None and runtime.device is None and local_device is not None:
+        runtime = runtime.replace(device=local_device)
+    return runtime.lm
 
 
 def run_extract(args) -> int:
@@ -124,21 +113,21 @@ def run_extract(args) -> int:
 
     settings = settings_from(args, ExtractSettings)  # every check that needs no model, before loading one
     check_spec(settings.layers)
-    if args.shard_size is not None and args.shard_size < 1:
-        raise BabelprobeError(f"--shard-size must be at least 1, got {args.shard_size}")
-    if args.batch_tokens < 1:
-        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    check_placement(args)
     check_out_dir(args.out)
     items = items_from(args)
+    if not args.remote:  # the layers against the model's config (a remote model's: once its config is read)
+        check_extract(runtime_from(args).info.n_layers, settings, batch_tokens=args.batch_tokens,
+                      shard_size=args.shard_size)
     lm = placed_model(args, local_device())
     check_extract(lm, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,
               "language": args.language}
-    report = extract(lm, items, args.out, settings, shard_size=args.shard_size, batch_tokens=args.batch_tokens,
-                     compression=args.compression, padding_side=args.padding_side, overwrite=args.overwrite,
-                     progress=not args.no_progress, source=source, remote=args.remote or None,
+    runtime = runtime_from(args, model=lm)
+    report = extract(items, args.out, settings, runtime, shard_size=args.shard_size, compression=args.compression,
+                     padding_side=args.padding_side, source=source, remote=args.remote or None,
                      provenance={"model": {"spec": args.model, "revision": args.revision},
-                                 "options": {k: v for k, v in vars(args).items() if k != "func"}})
+                                 "options": {k: v for k, v in vars(args).items() if k not in ("func", "command_path")}})
     if env_world()[0] == 0:
         print(report.summary())
     return 0

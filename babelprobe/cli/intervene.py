@@ -35,9 +35,10 @@ from __future__ import annotations
 from babelprobe.cli.common import (
     add_items_options,
     add_model_options,
+    add_runtime_options,
     add_settings_options,
     items_from,
-    load_options,
+    runtime_from,
 )
 
 
@@ -59,12 +60,10 @@ def register(sub) -> None:
     group.add_argument("--sae", metavar="DIR", help="a `babelprobe sae` directory: --method sae removes each language's "
                        "most specific SAE features there")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    group.add_argument("--overwrite", action="store_true", help="replace a run of other settings in --out")
     add_settings_options(parser, Settings, "intervene settings (recorded in intervene.json)")
-    running = parser.add_argument_group("running (changes no row)")
-    running.add_argument("--n-boot", type=int, default=1000, metavar="N", help="bootstrap replicates (default 1000)")
-    running.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="token budget per batch")
-    running.add_argument("--no-progress", action="store_true", help="no progress bars")
+    group = parser.add_argument_group("summary (changes no row)")
+    group.add_argument("--n-boot", type=int, default=1000, metavar="N", help="bootstrap replicates (default 1000)")
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"))
     parser.set_defaults(func=run)
 
 
@@ -75,10 +74,8 @@ def run(args) -> int:
     from babelprobe.interventions.settings import Settings
 
     settings = settings_from(args, Settings)
-    result = intervene(args.model, items_from(args), args.probes, args.out, settings=settings, neurons=args.neurons,
-                       sae=args.sae,
-                       load_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
-                       overwrite=args.overwrite, progress=not args.no_progress)
+    result = intervene(items_from(args), args.out, settings, runtime_from(args), probes=args.probes,
+                       neurons=args.neurons, sae=args.sae, n_boot=args.n_boot)
     table = effect_table(result.summary)
     if len(table):
         print("effect of the edit (with − without; mean over pairs, 95% paired bootstrap interval):")

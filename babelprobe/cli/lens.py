@@ -23,8 +23,8 @@ from babelprobe.cli.common import (
     add_alias,
     add_items_options,
     add_model_options,
+    add_runtime_options,
     add_settings_options,
-    load_options,
 )
 from babelprobe.latent.settings import LensSettings
 
@@ -41,22 +41,17 @@ def register(sub) -> None:
                         "its manifest, else from --items)")
     parser.add_argument("--compare", metavar="DIR", help="a compare directory to join with (per pair and per language)")
     add_settings_options(parser, LensSettings, "lens settings (recorded in lens.json)")
-    group = parser.add_argument_group("running (does not change the numbers)")
-    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N",
-                       help="token budget per batch of the fresh pass")
-    group.add_argument("--overwrite", action="store_true", help="replace results of another model or item set")
-    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"))
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from babelprobe.cli.common import items_source, settings_from
+    from babelprobe.cli.common import items_source, runtime_from, settings_from
     from babelprobe.latent.run import lens
 
     settings = settings_from(args, LensSettings)
-    result = lens(args.model, items_source(args, also=settings.pivot), args.out, settings, acts=args.acts,
-                  compare=args.compare, batch_tokens=args.batch_tokens, load_options=load_options(args),
-                  overwrite=args.overwrite, progress=not args.no_progress)
+    result = lens(items_source(args, also=settings.pivot), args.out, settings, runtime_from(args), acts=args.acts,
+                  compare=args.compare)
     print(_summary(result, settings.pivot))
     print(f"wrote lens.csv ({len(result.table)} rows), curves.csv, turns.csv, pairs.csv"
           f"{', languages.csv, pair_correlations.csv' if args.compare else ''} and {len(result.figures)} figures to "

@@ -17,7 +17,12 @@ Every language needs at least --min-tokens tokens.
 
 from __future__ import annotations
 
-from babelprobe.cli.common import add_items_options, add_model_options, add_settings_options, load_options
+from babelprobe.cli.common import (
+    add_items_options,
+    add_model_options,
+    add_runtime_options,
+    add_settings_options,
+)
 
 
 def register(sub) -> None:
@@ -33,19 +38,15 @@ def register(sub) -> None:
     group = parser.add_argument_group("inputs and output")
     group.add_argument("--corpus", metavar="DIR", help="count DIR/<lang>.txt instead of items (one text a line)")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    group.add_argument("--overwrite", action="store_true", help="replace a run of another model or texts in --out")
+    group.add_argument("--min-tokens", type=int, default=1000, metavar="N",
+                       help="fewest tokens a language may have (default 1000)")
     add_settings_options(parser, Settings, "LAPE settings (recorded in neurons.json)")
-    running = parser.add_argument_group("running")
-    running.add_argument("--min-tokens", type=int, default=1000, metavar="N",
-                         help="fewest tokens a language may have (default 1000)")
-    running.add_argument("--batch-tokens", type=int, default=8192, metavar="N",
-                         help="token budget per batch (default 8192, as extract)")
-    running.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"), batch_tokens=8192)
     parser.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from babelprobe.cli.common import items_from, settings_from
+    from babelprobe.cli.common import items_from, runtime_from, settings_from
     from babelprobe.errors import BabelprobeError
     from babelprobe.neurons.run import language_neurons
     from babelprobe.neurons.settings import Settings
@@ -56,10 +57,8 @@ def run(args) -> int:
     if args.corpus is None:
         args.items = args.items or "xcomps-sample"
     items = items_from(args) if args.corpus is None else None
-    result = language_neurons(args.model, items, args.out, corpus=args.corpus,
-                              languages=args.languages if args.corpus else None, settings=settings,
-                              load_options=load_options(args), min_tokens=args.min_tokens,
-                              batch_tokens=args.batch_tokens, overwrite=args.overwrite, progress=not args.no_progress)
+    result = language_neurons(items, args.out, settings, runtime_from(args), corpus=args.corpus,
+                              languages=args.languages if args.corpus else None, min_tokens=args.min_tokens)
     lape, stats = result.lape, result.stats
     print(f"τ = {lape.tau:.4g}, τ_bar = {lape.bar:.4g}; tokens: " +
           ", ".join(f"{c} {n}" for c, n in zip(stats.languages, stats.n_tokens)))

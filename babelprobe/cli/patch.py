@@ -31,10 +31,14 @@ from __future__ import annotations
 
 import argparse
 
-from babelprobe.cli.common import add_items_options, add_model_options, add_settings_options
-from babelprobe.patching.settings import PairsSettings, TranslationSettings
+from babelprobe.cli.common import (
+    add_items_options,
+    add_model_options,
+    add_runtime_options,
+    add_settings_options,
+)
+from babelprobe.patching.settings import SHARED, PairsSettings, TranslationSettings
 
-SHARED = ("layers", "seed", "n_boot")
 PROTOCOLS = {"translation": TranslationSettings, "pairs": PairsSettings}
 
 
@@ -54,26 +58,20 @@ def register(sub) -> None:
     add_settings_options(parser, TranslationSettings, "settings shared by both protocols and translation settings "
                          "(recorded in patch.json)")
     add_settings_options(parser, PairsSettings, "pairs settings (recorded in patch.json)", skip=SHARED)
-    group = parser.add_argument_group("running (does not change the numbers)")
-    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N",
-                       help="token budget per batch: patched copies × their length")
-    group.add_argument("--overwrite", action="store_true", help="replace a run of another model in --out")
-    group.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"))
     parser.set_defaults(func=run)
 
 
 def _check_flags(args) -> None:
     """A flag of the other protocol is an error naming it (it would be ignored)."""
-    import dataclasses
-
     from babelprobe.errors import BabelprobeError
-    from babelprobe.settings import flag
+    from babelprobe.settings import flag, flat_fields
 
     other = "pairs" if args.patch_protocol == "translation" else "translation"
-    own = {f.name for f in dataclasses.fields(PROTOCOLS[args.patch_protocol])}
-    for field in dataclasses.fields(PROTOCOLS[other]):
-        if field.name not in own and hasattr(args, field.name):
-            raise BabelprobeError(f"{flag(PROTOCOLS[other], field.name)} applies to --protocol {other}")
+    own = set(flat_fields(PROTOCOLS[args.patch_protocol]))  # the shared block's are both protocols' own
+    for name in flat_fields(PROTOCOLS[other]):
+        if name not in own and hasattr(args, name):
+            raise BabelprobeError(f"{flag(PROTOCOLS[other], name)} applies to --protocol {other}")
     given = {"--concepts": args.concepts is not None, "--compare": args.compare is not None,
              "--items": args.items is not None, "--languages": args.languages is not None,
              "--subsets": args.subsets is not None, "--limit": args.limit is not None,
@@ -85,15 +83,14 @@ def _check_flags(args) -> None:
 
 
 def run(args) -> int:
-    from babelprobe.cli.common import load_options, settings_from
+    from babelprobe.cli.common import runtime_from, settings_from
     from babelprobe.patching.run import patch_pairs, patch_translation
 
     _check_flags(args)
     settings = settings_from(args, PROTOCOLS[args.patch_protocol])
-    common = dict(out=args.out, settings=settings, batch_tokens=args.batch_tokens, load_options=load_options(args),
-                  overwrite=args.overwrite, progress=not args.no_progress)
+    runtime = runtime_from(args)
     if args.patch_protocol == "translation":
-        result = patch_translation(args.model, args.concepts or "xcomps-sample", **common)
+        result = patch_translation(args.concepts or "xcomps-sample", args.out, settings, runtime)
         for name, info in result.info.items():
             n = result.rows.loc[result.rows["config"] == name, "pair_idx"].nunique()
             print(f"{info['exp']} {name}: {n} pairs ({info['candidates']} candidates looked at, "
@@ -103,7 +100,7 @@ def run(args) -> int:
         print(f"wrote translation.csv ({len(result.rows)} rows), translation_pairs.csv, translation_summary.csv, "
               f"translation_switches.csv and {len(result.figures)} figure(s) to {args.out}")
         return 0
-    result = patch_pairs(args.model, _pairs_items(args, settings.sources), **common, compare=args.compare,
+    result = patch_pairs(_pairs_items(args, settings.sources), args.out, settings, runtime, compare=args.compare,
                          languages=args.languages)
     print(f"check: the patch runs' unpatched copies match direct's scores of the bad items within {result.check:.1e}")
     print("per target language, the layers j whose mean recovery (patching j..L) is at least 0.5:")

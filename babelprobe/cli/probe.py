@@ -37,7 +37,9 @@ def register(sub) -> None:
                         "store's manifest)")
     add_settings_options(parser, ProbeSettings, "probe settings (recorded in NAME.settings.json)")
     add_solver_options(parser)
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    from babelprobe.cli.common import add_runtime_options
+
+    add_runtime_options(parser, ("progress",))
     parser.set_defaults(func=run)
 
 
@@ -83,7 +85,7 @@ def run(args) -> int:
     items = load_items(args.items) if args.items else None
     store = open_store(args.acts)
     store.check([settings.pool])  # a changed or NaN shard stops here, not as a silently wrong probe
-    result = probe(store, settings, items=items, progress=not args.no_progress, **speed)
+    result = probe(store, settings, items=items, progress=args.progress, **speed)
     paths = result.write(out)
     print(f"protocol {settings.protocol}: {settings.description}")
     print(format_peaks(result))

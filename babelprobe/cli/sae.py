@@ -21,7 +21,12 @@ from __future__ import annotations
 
 import argparse
 
-from babelprobe.cli.common import add_items_options, add_model_options, add_settings_options
+from babelprobe.cli.common import (
+    add_items_options,
+    add_model_options,
+    add_runtime_options,
+    add_settings_options,
+)
 
 
 def register(sub) -> None:
@@ -38,7 +43,9 @@ def register(sub) -> None:
                        "layer (its last-token states feed the sparse probes; default: the run's own pass)")
     group.add_argument("--out", metavar="DIR", help="output directory")
     add_settings_options(parser, Settings, "settings (recorded in sae.json)")
-    add_runtime_options(parser)
+    group.add_argument("--n-boot", type=int, default=1000, metavar="N",
+                       help="bootstrap replicates of the ablation's summary (default 1000)")
+    add_runtime_options(parser, ("batch_tokens", "overwrite", "progress"))
     parser.set_defaults(func=run)
 
     commands = parser.add_subparsers(dest="sae_command", metavar="fetch|train")
@@ -60,40 +67,22 @@ def register(sub) -> None:
     train.add_argument("--acts", required=True, metavar="DIR", help="activation store")
     train.add_argument("--out", required=True, metavar="DIR", help="the SAE folder to write")
     add_settings_options(train, TrainSettings, "training settings (recorded in training.json)")
-    train.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_runtime_options(train, ("overwrite", "progress"))
     train.set_defaults(func=run_train)
 
 
-def add_runtime_options(parser) -> None:
-    group = parser.add_argument_group("running")
-    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="token budget per batch")
-    group.add_argument("--n-boot", type=int, default=1000, metavar="N",
-                       help="bootstrap replicates of the ablation's summary (default 1000)")
-    group.add_argument("--overwrite", action="store_true", help="replace a run of another model, items, SAE or settings")
-    group.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
 def run(args) -> int:
-    from babelprobe.cli.common import items_from, load_options, settings_from
+    from babelprobe.cli.common import items_from, runtime_from, settings_from
     from babelprobe.errors import BabelprobeError
     from babelprobe.sae.run import sae_features
     from babelprobe.sae.settings import Settings
-    from babelprobe.sae.weights import load_sae
 
     for flag, value in (("--sae", args.sae), ("--out", args.out)):
         if not value:
             raise BabelprobeError(f"babelprobe sae needs {flag} (or a subcommand: sae fetch, sae train)")
-    if args.batch_tokens < 1 or args.n_boot < 0:
-        raise BabelprobeError(f"--batch-tokens must be positive and --n-boot 0 or more, got {args.batch_tokens} and "
-                              f"{args.n_boot}")
     settings = settings_from(args, Settings)
-    items = items_from(args)
-    sae = load_sae(args.sae, layer=int(settings.layers) if settings.layers is not None else None)
-    result = sae_features(args.model, items, sae, args.out, acts=args.acts, settings=settings,
-                          model_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
-                          overwrite=args.overwrite,
-                          progress=not args.no_progress)
+    result = sae_features(items_from(args), args.out, settings, runtime_from(args), sae=args.sae, acts=args.acts,
+                          n_boot=args.n_boot)
     print(summary(result))
     return 0
 
@@ -148,7 +137,7 @@ def run_train(args) -> int:
     from babelprobe.sae.train import TrainSettings, train_sae
 
     settings = settings_from(args, TrainSettings)
-    result = train_sae(args.acts, args.out, settings, overwrite=args.overwrite, progress=not args.no_progress)
+    result = train_sae(args.acts, args.out, settings, overwrite=args.overwrite, progress=args.progress)
     fit = result.fit.set_index("language")
     print(f"trained a {result.sae.d_sae}-feature ReLU SAE on layer {result.sae.layer} of {args.acts} "
           f"({int(fit.loc['all', 'n_states'])} last-token states): FVU {fit.loc['all', 'fvu']:.3f}, "

@@ -7,11 +7,12 @@ from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.cli.common import (
     add_items_options,
     add_model_options,
+    add_runtime_options,
     add_settings_options,
     items_from,
     settings_from,
 )
-from babelprobe.cli.extract import add_placement_options, placed_model
+from babelprobe.cli.extract import add_placement_options, check_placement, placed_model
 
 
 def register(sub) -> None:
@@ -41,12 +42,10 @@ def add_common(parser, settings_class, title: str) -> None:
     add_placement_options(parser)
     add_items_options(parser)
     add_settings_options(parser, settings_class, title)
-    group = parser.add_argument_group("running (does not change the numbers)")
-    group.add_argument("--batch-tokens", type=int, default=4096, metavar="N",
-                       help="token budget per batch (batch size × longest text; default 4096)")
+    add_runtime_options(parser, ("batch_tokens", "progress"))
+    group = next(g for g in parser._action_groups if g.title == "running (does not change the numbers)")
     group.add_argument("--padding-side", choices=("right", "left"), default="right",
                        help="padding side (results do not depend on it)")
-    group.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--out", required=True, metavar="FILE", help="result table (.csv or .parquet)")
 
 
@@ -59,10 +58,7 @@ def run(args) -> int:
 
     settings = settings_from(args, DirectSettings if args.method == "direct" else MetaSettings)
     check_output(args.out)  # before the work, not after it
-    if args.batch_tokens < 1:
-        from babelprobe.errors import BabelprobeError
-
-        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
+    check_placement(args)  # placement flags that do not go together: before the model loads
     items = items_from(args)
     if args.method == "meta":
         from babelprobe.benchmarks.meta import meta_requests
@@ -75,7 +71,7 @@ def run(args) -> int:
     lm = placed_model(args)  # one device, or several with --device-map
     results = score_pairs(args.method, lm, items, args.out, settings, batch_tokens=args.batch_tokens,
                           padding_side=args.padding_side, share_prefix=not getattr(args, "no_share_prefix", False),
-                          progress=not args.no_progress)
+                          progress=args.progress)
     if args.method == "direct":
         print(format_pivot(accuracy_pivot(results), f"direct accuracy ({settings.reduction}), language × subset:"))
     else:

@@ -11,8 +11,7 @@ resumable jobs, run here one after another or submitted to SLURM as job arrays (
 
 from __future__ import annotations
 
-from babelprobe.cli.common import MODEL_DTYPES, add_settings_options, comma_list
-from babelprobe.errors import BabelprobeError
+from babelprobe.cli.common import add_runtime_options, add_settings_options, comma_list
 from babelprobe.jobs import SweepSettings
 
 
@@ -35,12 +34,10 @@ def register(sub) -> None:
     what.add_argument("--limit", type=int, metavar="N", help="at most N pairs per language × subset")
     what.add_argument("--out", required=True, metavar="DIR", help="sweep directory")
     add_settings_options(parser, SweepSettings, "extraction and probe settings (recorded in sweep.json)")
-    placement = parser.add_argument_group("model placement and batching")
-    placement.add_argument("--device", help="cuda, mps or cpu (default: the first available)")
-    placement.add_argument("--model-dtype", choices=MODEL_DTYPES, help="the models' dtype (default: bf16 on GPU, fp32 on CPU)")
-    placement.add_argument("--device-map", metavar="MAP", help="load each model across devices (auto, ...)")
-    placement.add_argument("--max-memory", metavar="LIST", help="memory per device for --device-map")
-    placement.add_argument("--batch-tokens", type=int, default=8192, metavar="N")
+    title = "model placement and batching (each job's)"
+    add_runtime_options(parser, ("device", "model_dtype", "device_map", "max_memory", "batch_tokens"), title,
+                        aliases=False, batch_tokens=8192)
+    placement = next(g for g in parser._action_groups if g.title == title)
     placement.add_argument("--shard-size", type=int, metavar="N", help="items per shard (default: automatic)")
     run = parser.add_argument_group("running")
     run.add_argument("--executor", choices=("local", "slurm"), default="local",
@@ -53,7 +50,7 @@ def register(sub) -> None:
     run.add_argument("--slurm-mem", type=int, default=64, metavar="GB", help="memory per job (default 64)")
     run.add_argument("--wait", action="store_true", help="slurm: wait for the jobs and collect the tables")
     run.add_argument("--dry-run", action="store_true", help="list the jobs (and which are done); run nothing")
-    run.add_argument("--overwrite", action="store_true", help="replace a sweep made with other settings")
+    add_runtime_options(parser, ("overwrite",), "running")
     parser.set_defaults(func=run_sweep_command)
 
 
@@ -62,10 +59,6 @@ def run_sweep_command(args) -> int:
     from babelprobe.jobs import sweep
 
     settings = settings_from(args, SweepSettings)
-    if args.batch_tokens < 1:
-        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
-    if args.shard_size is not None and args.shard_size < 1:
-        raise BabelprobeError(f"--shard-size must be at least 1, got {args.shard_size}")
     placement = {"batch_tokens": args.batch_tokens, "shard_size": args.shard_size, "device": args.device,
                  "model_dtype": args.model_dtype, "device_map": args.device_map, "max_memory": args.max_memory}
     slurm = {"timeout_min": args.slurm_time, "gpus_per_node": args.slurm_gpus, "cpus_per_task": args.slurm_cpus,

@@ -36,8 +36,9 @@ from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
-from babelprobe.models import LoadedModel, length_batches, pad_batch
-from babelprobe.settings import given, settings_record
+from babelprobe.models import length_batches, pad_batch
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import settings_record
 
 MEAN_POOLING = "masked mean over the text's tokens, BOS excluded (BOS alone if the text is only BOS)"
 LAST_POOLING = "state at the text's last token"
@@ -144,21 +145,24 @@ def shard_batches(lengths: list[int], batch_tokens: int, min_fill: float = MIN_F
 
 # ------------------------------------------------------------------------------------------ run
 
-def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, settings: ExtractSettings | None = None, *,
-            shard_size: int | None = None, batch_tokens: int = 8192, compression: str = "none",
-            padding_side: str = "right", overwrite: bool = False, progress: bool = True, source: dict | None = None,
-            provenance: dict | None = None, remote: bool | str | None = None, **values) -> ExtractReport:
+@runner(ExtractSettings, old=("model", "items", "out", "settings"), batch_tokens=8192)
+def extract(items: pd.DataFrame, out: str | Path, settings: ExtractSettings | None = None,
+            runtime: Runtime | None = None, *, shard_size: int | None = None, compression: str = "none",
+            padding_side: str = "right", source: dict | None = None, provenance: dict | None = None,
+            remote: bool | str | None = None) -> ExtractReport:
     """Extract pooled activations of `items` (text column) into the store at `out`.
 
     Parameters
     ----------
+    runtime : the model (a `LoadedModel` or a spec, loaded after the checks) and the running options:
+        `batch_tokens` (token budget per batch: batch size × longest text), `overwrite`, `progress`
+        (`runtime.Runtime`, or those as keywords: `extract(lm, items, out, batch_tokens=64)`).
     settings : an `ExtractSettings`, or its fields as keyword arguments (`values`): `layers` ('all'
         (default), '0-18', '0,6,12' or a list; 0 = embeddings, i = output of block i), `pool` ('last',
         'mean' or 'both'), `dtype` (float32, float16 or bfloat16 on disk) with `on_overflow` ('error',
         'bfloat16', 'float32': what to do with a shard whose values exceed float16's range), `backend`
         ('hf', 'transformer_lens' or 'nnsight'; all store the same values), `truncate`.
     shard_size : items per shard (default: at most 256 MiB of float32 per pooling and 2048 items).
-    batch_tokens : token budget per batch (batch size × longest text).
     remote : nnsight backend only: True runs each batch's trace on NDIF (a model from `load_remote_model`;
         the default for one), "local" serialises the trace as for NDIF and runs it here (a dry run of the
         remote path), False/None runs it here.
@@ -166,13 +170,14 @@ def extract(lm: LoadedModel, items: pd.DataFrame, out: str | Path, settings: Ext
         recorded in the manifest so later stages can find them.
     Returns an `ExtractReport`; read the store with `open_store(out)`.
     """
-    settings = given(ExtractSettings, settings, values)
-    check_extract(lm, settings, batch_tokens=batch_tokens, shard_size=shard_size, padding_side=padding_side)
+    batch_tokens, overwrite, progress = runtime.batch_tokens, runtime.overwrite, runtime.progress
+    check_extract(runtime.info, settings, batch_tokens=batch_tokens, shard_size=shard_size, padding_side=padding_side)
     if items is None or len(items) == 0:
         raise BabelprobeError("nothing to extract: the item set is empty")
     from babelprobe.items import validate
 
     items = validate(items.copy(), "items given to extract")  # schema, unique ids, non-empty texts
+    lm = runtime.lm
     layers, pools = parse_layers(settings.layers, lm.n_layers), parse_pools(settings.pool)
     backend = settings.backend
     encodings = lm.encode(items["text"].tolist(), names=items["item_id"].tolist(), truncate=settings.truncate)

@@ -574,6 +574,11 @@ class Store:
                 if bad:
                     raise BabelprobeError(f"{where} holds {bad} NaN/inf values; re-extract in float32")
 
+    def check_files(self) -> None:
+        """Every shard opens as HDF5 (a truncated or missing shard is refused here, without reading an array)."""
+        for k in range(len(self._names)):
+            self._file(k)
+
     def __repr__(self) -> str:
         return (f"Store({str(self.path)!r}, rows={self.n_rows}, layers={self.layers[0]}..{self.layers[-1]} "
                 f"({len(self.layers)}), d_model={self.d_model}, pools={self.pools}, dtype={self.dtype})")

@@ -45,9 +45,8 @@ from babelprobe.interventions.readouts import Unit
 from babelprobe.interventions.settings import Settings
 from babelprobe.interventions.source import source_class
 from babelprobe.items import items_hash, load_items
-from babelprobe.models import LoadedModel, as_model
 from babelprobe.runs import LAYOUTS, open_run, read_manifest, score_resumably
-from babelprobe.settings import settings_for
+from babelprobe.runtime import Runtime, runner
 from babelprobe.tables import check_out_dir, read_table, write_table
 
 MANIFEST = LAYOUTS["intervene"].manifest
@@ -64,11 +63,10 @@ class InterventionResult:
     settings: Settings | None = None
 
 
-def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, out: str | Path | None = None, *,
-              settings: Settings | None = None, neurons: str | Path | None = None, sae: str | Path | None = None,
-              load_options: dict | None = None, n_boot: int = 1000,
-              batch_tokens: int = 4096, figures: bool = True, overwrite: bool = False, progress: bool = True,
-              **values) -> InterventionResult:
+@runner(Settings, old=("model", "items", "probes", "out"))
+def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings: Settings | None = None,
+              runtime: Runtime | None = None, *, probes=None, neurons: str | Path | None = None,
+              sae: str | Path | None = None, n_boot: int = 1000) -> InterventionResult:
     """Run the interventions (module docstring) and write their tables and figures to `out`.
 
     `probes`: a compare directory, a probe result or an activation store (or a `ProbeSource`); needed by
@@ -77,13 +75,11 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
     `layers="peak"`, `off="en,zh"`, ...: `settings.Settings`). `reduction`, `rule`, `prompts` (direct and
     meta scoring): None takes the compare directory's settings when `probes` is one, else sum, sum and
     xcomps. `sae`: a `babelprobe sae` directory (`--method sae`, `interventions.sae_features`).
-    `load_options`: `load_model`'s options when `model` is a spec (it loads after every input is
-    checked). `n_boot`, `batch_tokens`, `figures`, `progress` change no row."""
+    `runtime`: the model (loaded after every input is checked, the inputs' model against its files first)
+    and the running options (`runtime.Runtime`, or `model=`, `load_options=`, `batch_tokens=`, `figures=`,
+    `overwrite=`, `progress=` as keywords). `n_boot`, `batch_tokens`, `figures`, `progress` change no row."""
     if out is None:
         raise BabelprobeError("intervene needs an output directory (--out)")
-    if settings is not None and values:
-        raise BabelprobeError(f"give either settings or keyword values, not both ({', '.join(values)})")
-    settings = settings or settings_for(Settings, None, None, **values)
     if n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {n_boot}")
     out = check_out_dir(out)
@@ -103,34 +99,34 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
         from babelprobe.benchmarks.meta import meta_requests
 
         meta_requests(items, settings.prompts)  # the items can be asked: before any model work
-    _check_manifest(out, overwrite)
-    lm = as_model(model, load_options)
-    if found is not None:
-        found.check_model(lm)
-    source.check_model(lm)
+    _check_manifest(out, runtime.overwrite)
+    _check_model(runtime.info, found, source)  # the inputs' model against the model's files: before its weights load
+    lm = runtime.lm
+    _check_model(lm, found, source)  # and what only the loaded model tells (its MLPs)
     identity = {"fingerprint": lm.fingerprint, "items_hash": items_hash(items), "edit_source": source.name,
                 **source.identity(), **settings.record()}
     if found is not None:
         identity.setdefault("probes", found.digest)
     record = {"model": lm.name, "probes_path": str(found.origin) if found is not None else None,
               **{f"{name}_path": str(path) for name, path in inputs.items() if path is not None}}
-    run = open_run(out, identity, record=record, manifest=MANIFEST, overwrite=overwrite,
+    run = open_run(out, identity, record=record, manifest=MANIFEST, overwrite=runtime.overwrite,
                    outputs=(*OUTPUTS.values(), "figures", "probes"),
                    what="an intervention run of another model, item set, probes, inputs or settings")
-    ready = found.ready(out, settings.seed, progress) if found is not None else None
+    ready = found.ready(out, settings.seed, runtime.progress) if found is not None else None
     source.ready(ready)
     units = source.units(items)
     pool = ready.pool if ready is not None else "last"
 
     def one_unit(chunk: pd.DataFrame) -> pd.DataFrame:
         unit_items = chunk.drop(columns=[source.unit]) if source.unit not in items.columns else chunk
-        rows = source.unit_rows(Unit(lm, unit_items, settings, pool, batch_tokens))
+        rows = source.unit_rows(Unit(lm, unit_items, settings, pool, runtime.batch_tokens))
         rows.insert(3, "edit_source", source.name)
         return rows
 
     def produce() -> pd.DataFrame:
         return score_resumably(one_unit, units, out / OUTPUTS["rows"], {"what": "intervene", **identity},
-                               chunk_pairs=1, progress=progress, desc="intervene", unit=source.unit)
+                               chunk_pairs=1, progress=runtime.progress, desc="intervene", unit=source.unit,
+                               model=lm)
 
     rows = run.stage("intervene", identity, produce, out / OUTPUTS["rows"], read_table)
     from babelprobe.analysis import interventions as analysis
@@ -139,10 +135,17 @@ def intervene(model: LoadedModel | str, items: pd.DataFrame | str, probes=None, 
                                 sanity=analysis.sanity(rows), checks=_checks(rows, ready), settings=settings)
     write_table(result.summary, out / OUTPUTS["summary"])
     write_table(result.sanity, out / OUTPUTS["sanity"])
-    if figures:
+    if runtime.figures:
         result.figures = analysis.write_figures(result.summary, out / "figures",
                                                 f1_table=ready.table if ready is not None else None)
     return result
+
+
+def _check_model(model, found, source) -> None:
+    """The probes and the edit source's inputs were made with `model` (a `LoadedModel` or its `ModelInfo`)."""
+    if found is not None:
+        found.check_model(model)
+    source.check_model(model)
 
 
 def _resolved(settings: Settings, found) -> Settings:

@@ -19,7 +19,8 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
 from babelprobe.latent.settings import AlignSettings, LensSettings
 from babelprobe.runs import LAYOUTS, open_run
-from babelprobe.settings import given, settings_record
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import settings_record
 from babelprobe.tables import check_out_dir, read_table, write_table
 
 LENS_OUTPUTS = ("states", "lens.csv", "curves.csv", "turns.csv", "pairs.csv", "languages.csv", "pair_correlations.csv",
@@ -71,26 +72,30 @@ def _store_items(store, items, languages=None):
 
 # ------------------------------------------------------------------------------------------------ lens
 
-def lens(model, items, out: str | Path, settings: LensSettings | None = None, *, acts: str | Path | None = None,
-         compare: str | Path | None = None, batch_tokens: int = 4096, load_options: dict | None = None,
-         overwrite: bool = False, figures: bool = True, progress: bool = True, **values) -> LensResult:
+@runner(LensSettings, old=("model", "items", "out", "settings"))
+def lens(items, out: str | Path, settings: LensSettings | None = None, runtime: Runtime | None = None, *,
+         acts: str | Path | None = None, compare: str | Path | None = None) -> LensResult:
     """The logit lens with language attribution (`latent.lens`), written to `out`.
 
     Without `acts`, every pair's meta question (both option orders) is run once and stored in OUT/states,
     and the lens reads it; with `acts` it reads that store (its items from its manifest, else `items`;
     `settings.target` names the expected-answer field). `compare`: a compare directory to join with
-    (per pair and per language). `model`: a `LoadedModel` or a spec loaded (with `load_options`) once the
-    inputs are checked."""
+    (per pair and per language). `runtime`: the model (a spec is loaded once the inputs are checked, a
+    store's model against the model's files first) and the running options (or their keywords)."""
     from babelprobe.items import items_hash, load_items
     from babelprobe.latent import lens as lens_mod
 
-    settings = given(LensSettings, settings, values)
     out = check_out_dir(out)
     if compare is not None:
         LAYOUTS["compare"].check(compare, "--compare")
     if acts is not None:
         store = _store(acts)
+        store.check_files()  # a truncated shard: before the model loads
         items = _store_items(store, items)
+        info = runtime.info
+        if store.fingerprint and store.fingerprint != info.fingerprint:
+            raise BabelprobeError(f"--acts {store.path} was made with another model than {info.name}; the lens reads "
+                                  "a store through its own model's unembedding: give that model or another --acts")
         identity = {"store": str(Path(acts).resolve()), "target": settings.target}
     else:
         if settings.target:
@@ -100,24 +105,24 @@ def lens(model, items, out: str | Path, settings: LensSettings | None = None, *,
         items = load_items(items) if isinstance(items, (str, Path)) else items
         lens_mod.meta_prompt_items(items, settings.prompts, settings.orders)  # bad items or prompts: now
         identity = {"orders": list(settings.orders), "prompts": settings.prompts}
-    from babelprobe.models import as_model
-
-    lm = as_model(model, load_options)
+    lm = runtime.lm
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items), **identity,
                          "pivot": settings.pivot, "top_k": settings.top_k},
                    record={"model": lm.name, "settings": settings_record(settings)}, manifest=LAYOUTS["lens"].manifest,
-                   overwrite=overwrite, outputs=LENS_OUTPUTS, what="a lens run of another model, item set or settings")
+                   overwrite=runtime.overwrite, outputs=LENS_OUTPUTS,
+                   what="a lens run of another model, item set or settings")
 
     def produce():
         if acts is not None:
             table = lens_mod.lens_table(lm, store, items, target=settings.target, pivot=settings.pivot,
-                                        top_k=settings.top_k, progress=progress)
+                                        top_k=settings.top_k, progress=runtime.progress)
             texts = items.set_index("item_id").loc[store.keys["item_id"], "text"].tolist()
             check = lens_mod.last_layer_check(lm, store, texts)
         else:
             table, check = lens_mod.meta_lens(lm, items, out, pivot=settings.pivot, prompts=settings.prompts,
                                               orders=settings.orders, top_k=settings.top_k,
-                                              batch_tokens=batch_tokens, overwrite=overwrite, progress=progress)
+                                              batch_tokens=runtime.batch_tokens, overwrite=runtime.overwrite,
+                                              progress=runtime.progress)
         run.state["last_layer_check"] = {"max_relative_difference": check, "what": "lens at the last layer vs the "
                                          "model's own next-token logits, first 4 stored rows"}
         write_table(table, out / "lens.csv")
@@ -138,7 +143,7 @@ def lens(model, items, out: str | Path, settings: LensSettings | None = None, *,
         write_table(result.languages, out / "languages.csv")
         write_table(result.pair_correlations, out / "pair_correlations.csv")
     write_table(result.pairs, out / "pairs.csv")
-    if figures:
+    if runtime.figures:
         from babelprobe.analysis.latent import lens_figures
 
         result.figures = lens_figures(result.curves, settings.pivot, out / "figures")
@@ -148,18 +153,17 @@ def lens(model, items, out: str | Path, settings: LensSettings | None = None, *,
 
 # ----------------------------------------------------------------------------------------------- align
 
-def align(model, items, out: str | Path, settings: AlignSettings | None = None, *, acts: str | Path | None = None,
-          compare: str | Path | None = None, matrix_layer: int | None = None, load_options: dict | None = None,
-          source: dict | None = None, overwrite: bool = False, figures: bool = True, progress: bool = True,
-          **values) -> AlignResult:
+@runner(AlignSettings, old=("model", "items", "out", "settings"))
+def align(items, out: str | Path, settings: AlignSettings | None = None, runtime: Runtime | None = None, *,
+          acts: str | Path | None = None, compare: str | Path | None = None, matrix_layer: int | None = None,
+          source: dict | None = None) -> AlignResult:
     """Cross-lingual alignment of parallel items by layer (`latent.align`), written to `out`.
 
     The store: `acts`, else the compare directory's acts/ (`compare`), else OUT/acts extracted here with
-    `model` (a `LoadedModel`, or a spec loaded with `load_options` once the inputs are checked).
+    the runtime's model (loaded once the inputs are checked; its layers against --layers first).
     `matrix_layer`: the layer of the language × language figure (default: the best mean retrieval)."""
     from babelprobe.latent.align import align_layers, alignment_correlations, parallel_items
 
-    settings = given(AlignSettings, settings, values)
     out = check_out_dir(out)
     if compare is not None:
         LAYOUTS["compare"].check(compare, "--compare")
@@ -181,24 +185,22 @@ def align(model, items, out: str | Path, settings: AlignSettings | None = None, 
             raise BabelprobeError("the items have no 'parallel_id' field, which links the same content across "
                                   "languages; add it to the item file (README, Items)")
         _check_align(items, settings, None, matrix_layer)
-        from babelprobe.models import as_model
-
-        lm = as_model(model, load_options)
-        parse_layers(settings.layers, lm.n_layers)
+        parse_layers(settings.layers, runtime.info.n_layers)
         from babelprobe.extract import extract
 
-        extract(lm, items, store_path, pool=settings.pool, overwrite=overwrite, source=source, progress=progress)
+        extract(runtime.lm, items, store_path, pool=settings.pool, overwrite=runtime.overwrite, source=source,
+                progress=runtime.progress)
         store = _store(store_path)
         layers = parse_layers(settings.layers, store.layers, stored=True)
     run = open_run(out, {"store": str(store_path.resolve()), "items_hash": store.items_hash, "pivot": settings.pivot,
                          "pool": settings.pool, "centre": settings.centre, "layers": layers},
                    record={"model": (store.manifest.get("model") or {}).get("model"),
                            "settings": settings_record(settings)},
-                   manifest=LAYOUTS["align"].manifest, overwrite=overwrite,
+                   manifest=LAYOUTS["align"].manifest, overwrite=runtime.overwrite,
                    outputs=tuple(o for o in ALIGN_OUTPUTS if o != "acts" or acts is not None or compare is not None),
                    what="an alignment of another store or settings")
     tables = align_layers(store, items, pivot=settings.pivot, layers=layers, pool=settings.pool,
-                          centre=settings.centre, progress=progress)
+                          centre=settings.centre, progress=runtime.progress)
     best = int(tables["curves"].groupby("layer")["retrieval"].mean().idxmax())
     result = AlignResult(curves=tables["curves"], matrix=tables["matrix"], items=tables["items"],
                          matrix_layer=best if matrix_layer is None else int(matrix_layer))
@@ -208,7 +210,7 @@ def align(model, items, out: str | Path, settings: AlignSettings | None = None, 
     if compare is not None:
         result.correlations = alignment_correlations(result.curves, result.items, compare)
         write_table(result.correlations, out / "correlations.csv")
-    if figures:
+    if runtime.figures:
         from babelprobe.analysis.latent import alignment_figures
 
         result.figures = alignment_figures(result.curves, result.matrix, result.correlations, result.matrix_layer,

@@ -83,6 +83,8 @@ class NeuronDeactivation(EditSource):
         if made_with != lm.fingerprint:
             raise BabelprobeError(f"--neurons {self.path} were found in another model (fingerprint {made_with}, this "
                                   f"model {lm.fingerprint})")
+        if not hasattr(lm, "parts"):  # the model's files only (runtime.info): its MLPs are counted once it loads
+            return
         if len(activation_modules(lm)) != self.lape.n_layers or n_neurons(lm) != self.lape.width:
             raise BabelprobeError(f"--neurons {self.path} has {self.lape.n_layers} × {self.lape.width} neurons, "
                                   f"{lm.name} {len(activation_modules(lm))} × {n_neurons(lm)}")

@@ -29,12 +29,13 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.run import min_fill, shard_batches
-from babelprobe.models import Encoding, LoadedModel, as_model, pad_batch
+from babelprobe.models import Encoding, LoadedModel, pad_batch
 from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
 from babelprobe.neurons.mlp import NeuronCounter, activation_modules
 from babelprobe.neurons.settings import Settings
-from babelprobe.runs import layout, open_run, read_manifest
-from babelprobe.settings import settings_for, settings_record
+from babelprobe.runs import check_kind, layout, open_run, read_manifest
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import settings_record
 from babelprobe.tables import check_out_dir, write_table
 
 MANIFEST = layout("neurons").manifest
@@ -131,25 +132,23 @@ def _corpus_digest(texts: dict[str, list[str]]) -> str:
 
 # ------------------------------------------------------------------------------------------------ run
 
-def language_neurons(model: LoadedModel | str, items=None, out: str | Path | None = None, *, corpus=None,
-                     languages: list[str] | None = None, settings: Settings | None = None,
-                     load_options: dict | None = None, min_tokens: int = 1000, batch_tokens: int = 8192,
-                     figures: bool = True, overwrite: bool = False, progress: bool = True,
-                     **values) -> NeuronsResult:
+@runner(Settings, old=("model", "items", "out"), batch_tokens=8192)
+def language_neurons(items=None, out: str | Path | None = None, settings: Settings | None = None,
+                     runtime: Runtime | None = None, *, corpus=None, languages: list[str] | None = None,
+                     min_tokens: int = 1000) -> NeuronsResult:
     """Count, select and write (module docstring). `items` (default xcomps-sample) or `corpus` (a
     directory of <lang>.txt; `languages` keeps some). `settings` or the same values as keyword
     arguments (`top_rate=(0.01, 0.05)`, ...). `min_tokens`: each language needs at least this many
-    counted tokens. `load_options`: `load_model`'s, when `model` is a spec."""
+    counted tokens. `runtime`: the model and the running options (`runtime.Runtime`), or their keywords
+    (`model=`, `load_options=`, `batch_tokens=`, `progress=`, `overwrite=`, `figures=`)."""
     from babelprobe.items import items_hash, load_items
 
     if out is None:
         raise BabelprobeError("neurons needs an output directory (--out)")
-    if settings is not None and values:
-        raise BabelprobeError(f"give either settings or keyword values, not both ({', '.join(values)})")
-    settings = settings or settings_for(Settings, None, None, **values)
     if min_tokens < 1:
         raise BabelprobeError(f"--min-tokens must be at least 1, got {min_tokens}")
     out = check_out_dir(out)
+    check_kind(out, "neurons", "neurons")
     if corpus is not None and items is not None:
         raise BabelprobeError("give --items or --corpus, not both")
     if corpus is not None:
@@ -162,9 +161,9 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
     if len(texts) < 2:
         raise BabelprobeError(f"LAPE compares languages: the texts have only {', '.join(texts) or 'none'}; give two "
                               "or more (--languages)")
-    if not overwrite:
+    if not runtime.overwrite:
         read_manifest(out / MANIFEST)  # a damaged manifest is refused before the model loads
-    lm = as_model(model, load_options)
+    lm = runtime.lm
     activation_modules(lm)  # MLP neurons babelprobe cannot read are refused before any work
     window = settings.window if corpus is not None else None
     encodings = {code: encodings_of(lm, values, window) for code, values in texts.items()}
@@ -175,11 +174,11 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
         raise BabelprobeError(f"language {code} has {n} tokens to count, fewer than --min-tokens {min_tokens}{also}; "
                               f"give {'them' if others else 'it'} more text, or lower --min-tokens")
     identity = {"fingerprint": lm.fingerprint, **source}
-    run = open_run(out, identity, record={"model": lm.name}, manifest=MANIFEST, overwrite=overwrite,
+    run = open_run(out, identity, record={"model": lm.name}, manifest=MANIFEST, overwrite=runtime.overwrite,
                    outputs=(*OUTPUTS, "figures"), what="a neurons run of another model or other texts")
 
     def count() -> NeuronStats:
-        stats = neuron_stats(lm, texts, window=window, batch_tokens=batch_tokens, progress=progress,
+        stats = neuron_stats(lm, texts, window=window, batch_tokens=runtime.batch_tokens, progress=runtime.progress,
                              encodings=encodings)
         stats.info.update(source)
         stats.write(out / "activation.h5")
@@ -195,7 +194,7 @@ def language_neurons(model: LoadedModel | str, items=None, out: str | Path | Non
                               "n_tokens": dict(zip(stats.languages, stats.n_tokens.tolist()))}
     run.save()
     result = NeuronsResult(stats=stats, lape=lape, out=out)
-    if figures:
+    if runtime.figures:
         from babelprobe.analysis.neurons import write_figures
 
         result.figures = write_figures(lape.table, lape.counts, out / "figures")

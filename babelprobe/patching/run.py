@@ -38,8 +38,9 @@ import pandas as pd
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.patching.settings import PairsSettings, TranslationSettings
-from babelprobe.runs import LAYOUTS, open_run, score_resumably
-from babelprobe.settings import given, settings_record
+from babelprobe.runs import LAYOUTS, check_kind, open_run, score_resumably
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import settings_record
 from babelprobe.tables import check_out_dir, read_table, write_table
 
 MANIFEST = LAYOUTS["patch"].manifest
@@ -85,6 +86,26 @@ def patch_layers(spec: str, n_layers: int) -> list[int]:
     return layers
 
 
+def _check_out(out) -> Path:
+    """OUT as a directory to write into, and not another command's run (`runs.check_kind`)."""
+    if out is None:
+        raise BabelprobeError("patching needs an output directory (--out)")
+    out = check_out_dir(out)
+    check_kind(out, "patch")
+    return out
+
+
+def _check_compare_items(compare, pairs: pd.DataFrame) -> None:
+    """The compare directory was run on these items: every target pair is one of its pairs (its items.csv),
+    so that its probe peaks are those of the pairs patched."""
+    theirs = set(read_table(Path(compare) / "items.csv")["pair_id"].astype(str))
+    missing = [p for p in pairs["pair_id"].astype(str) if p not in theirs]
+    if missing:
+        raise BabelprobeError(f"--compare {compare} was run on other items: {len(missing)} of the {len(pairs)} pairs "
+                              f"patched are not among its pairs (e.g. {missing[0]}); give the compare directory of "
+                              "these items, or leave --compare out")
+
+
 def _open(out, lm, overwrite: bool):
     return open_run(out, {"fingerprint": lm.fingerprint}, record={"model": lm.name}, manifest=MANIFEST,
                     overwrite=overwrite, outputs=OUTPUTS, what="a patching run of another model")
@@ -110,30 +131,28 @@ def _rows_record(run, protocol: str, settings, output: Path, **extra) -> dict:
 
 # ------------------------------------------------------------------------------------------ translation
 
-def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, settings: TranslationSettings | None = None,
-                      batch_tokens: int = 4096, padding_side: str = "left", load_options: dict | None = None,
-                      overwrite: bool = False, figures: bool = True, progress: bool = True,
-                      **values) -> TranslationResult:
+@runner(TranslationSettings, old=("model", "concepts"))
+def patch_translation(concepts="xcomps-sample", out: str | Path | None = None,
+                      settings: TranslationSettings | None = None, runtime: Runtime | None = None, *,
+                      padding_side: str = "left") -> TranslationResult:
     """The translation protocol (patching/translation.py: the paper's exp1 and exp2), written to `out`.
 
-    `concepts`: "xcomps-sample", a file of `concept_id, language, word` rows or a DataFrame. `model`: a
-    `LoadedModel` or a spec loaded (with `load_options`) once the inputs are checked. `settings` or the
+    `concepts`: "xcomps-sample", a file of `concept_id, language, word` rows or a DataFrame. `runtime`: the
+    model (a spec is loaded once the inputs are checked, its layers against `--layers` first) and the
+    running options (or `model=`, `load_options=`, `batch_tokens=`, ... as keywords). `settings` or the
     same values as keywords (`n_pairs=50`, `exps="exp1"`, ...)."""
     from babelprobe.analysis import patching as analysis
     from babelprobe.patching import translation
 
-    settings = given(TranslationSettings, settings, values)
-    out = check_out_dir(out)
+    out = _check_out(out)
     where = str(concepts) if isinstance(concepts, (str, Path)) else "the concepts"
     words = translation.check_concepts(translation.load_concepts(concepts), settings, where)
-    from babelprobe.models import as_model
-
-    lm = as_model(model, load_options)
-    layers = patch_layers(settings.layers, lm.n_layers)
+    layers = patch_layers(settings.layers, runtime.info.n_layers)  # from the model's config: before it loads
+    lm = runtime.lm
     prompts = translation.Prompts(words, settings.shots, settings.seed)
     plans = [translation.plan_pairs(lm, prompts, config, settings.n_pairs, settings.seed)
              for config in translation.configs(settings)]
-    run = _open(out, lm, overwrite)
+    run = _open(out, lm, runtime.overwrite)
     record = _rows_record(run, "translation", settings, out / "translation.csv",
                           concepts=translation.concepts_digest(words), layers_run=layers)
     units = pd.concat([plan.pairs[["pair_idx"]].assign(plan=k, unit=[f"{k}:{i}" for i in plan.pairs["pair_idx"]])
@@ -145,13 +164,14 @@ def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, setti
             plan = plans[int(k)]
             chosen = plan.pairs[plan.pairs["pair_idx"].isin(part["pair_idx"])].reset_index(drop=True)
             frames.append(translation.run_plan(lm, translation.Plan(plan.config, chosen, 0, 0), layers,
-                                               batch_tokens, padding_side))
+                                               runtime.batch_tokens, padding_side))
         return pd.concat(frames, ignore_index=True)
 
     def produce() -> pd.DataFrame:
         rows = score_resumably(chunk_rows, units, out / "translation.csv",
                                {"what": "patch translation", "fingerprint": lm.fingerprint, **record},
-                               chunk_pairs=CHUNK, progress=progress, desc="patch translation", unit="unit")
+                               chunk_pairs=CHUNK, progress=runtime.progress, desc="patch translation", unit="unit",
+                               model=lm)
         write_table(translation.pair_table(plans, lm), out / "translation_pairs.csv")
         return rows
 
@@ -164,7 +184,7 @@ def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, setti
     result.switches = analysis.translation_switches(result.summary)
     write_table(result.summary, out / "translation_summary.csv")
     write_table(result.switches, out / "translation_switches.csv")
-    if figures:
+    if runtime.figures:
         result.figures = analysis.translation_figures(result.summary, out / "figures")
     run.state["translation"] = result.info
     run.save()
@@ -173,44 +193,44 @@ def patch_translation(model, concepts="xcomps-sample", *, out: str | Path, setti
 
 # ------------------------------------------------------------------------------------------------ pairs
 
-def patch_pairs(model, items="xcomps-sample", sources=None, *, out: str | Path, settings: PairsSettings | None = None,
-                compare: str | Path | None = None, languages=None, batch_tokens: int = 4096, padding_side: str = "left",
-                load_options: dict | None = None, overwrite: bool = False, figures: bool = True,
-                progress: bool = True, **values) -> PairsResult:
+@runner(PairsSettings, old=("model", "items", "sources"))
+def patch_pairs(items="xcomps-sample", out: str | Path | None = None, settings: PairsSettings | None = None,
+                runtime: Runtime | None = None, *, compare: str | Path | None = None, languages=None,
+                padding_side: str = "left") -> PairsResult:
     """The minimal-pair protocol (patching/pairs.py), written to `out`. `items`: a bundled set name, an
     item file or a DataFrame, with parallel_id, prefix and continuation (the sources' items included).
-    `sources`: the source languages ("en", "en,de"; a setting, as `settings.sources`). `languages`: the
-    target languages (default: every language of the items). `compare`: a compare
-    directory whose probe peaks `onsets.csv` and the patch_vs_probe figure set the recovery against."""
+    `settings.sources`: the source languages ("en", "en,de"; `sources=` as a keyword). `languages`: the
+    target languages (default: every language of the items). `compare`: a compare directory of these
+    items whose probe peaks `onsets.csv` and the patch_vs_probe figure set the recovery against.
+    `runtime`: the model and the running options, as `patch_translation`'s."""
     from babelprobe.analysis import patching as analysis
     from babelprobe.items import items_hash, load_items
     from babelprobe.patching.pairs import check_items, pair_rows
 
-    settings = given(PairsSettings, settings, {**values, **({"sources": sources} if sources is not None else {})})
-    out = check_out_dir(out)
+    out = _check_out(out)
     if compare is not None:
         LAYOUTS["compare"].check(compare, "--compare")
     items = load_items(items) if isinstance(items, (str, Path)) else items
     pairs = check_items(items, settings.sources)
     if languages:
         pairs = pairs[pairs["language"].isin(list(languages))].reset_index(drop=True)
-    from babelprobe.models import as_model
-
-    lm = as_model(model, load_options)
-    layers = patch_layers(settings.layers, lm.n_layers)
-    run = _open(out, lm, overwrite)
+    if compare is not None:
+        _check_compare_items(compare, pairs)
+    layers = patch_layers(settings.layers, runtime.info.n_layers)  # from the model's config: before it loads
+    lm = runtime.lm
+    run = _open(out, lm, runtime.overwrite)
     record = _rows_record(run, "pairs", settings, out / "pairs.csv", items_hash=items_hash(items), layers_run=layers)
     targets = items[items["pair_id"].isin(pairs["pair_id"]) & items["label"].isin([0, 1])]
 
     def chunk_rows(chunk: pd.DataFrame) -> pd.DataFrame:
         chosen = pairs[pairs["pair_id"].isin(chunk["pair_id"])]
         return pair_rows(lm, items, chosen, settings.sources, layers, settings.controls, settings.seed,
-                         batch_tokens, padding_side)
+                         runtime.batch_tokens, padding_side)
 
     def produce() -> pd.DataFrame:
         return score_resumably(chunk_rows, targets, out / "pairs.csv",
                                {"what": "patch pairs", "fingerprint": lm.fingerprint, **record},
-                               chunk_pairs=CHUNK, progress=progress, desc="patch pairs")
+                               chunk_pairs=CHUNK, progress=runtime.progress, desc="patch pairs", model=lm)
 
     rows = run.stage("pairs", record, produce, out / "pairs.csv", read_table)
     summary = analysis.pairs_summary(rows, settings.min_gap, settings.n_boot, settings.seed)
@@ -219,7 +239,7 @@ def patch_pairs(model, items="xcomps-sample", sources=None, *, out: str | Path, 
                          check=float((rows["s_unpatched"] - rows["s_bad"]).abs().max()) if len(rows) else float("nan"))
     write_table(result.summary, out / "summary.csv")
     write_table(result.onsets, out / "onsets.csv")
-    if figures:
+    if runtime.figures:
         result.figures = analysis.pairs_figures(result.summary, result.onsets, out / "figures")
     run.state["compare"] = str(Path(compare).resolve()) if compare is not None else None
     run.state["pairs_check"] = {"max_abs_unpatched_minus_direct": result.check,

@@ -12,10 +12,11 @@ This module imports nothing heavy: the CLI builds its flags from it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.settings import as_tuple, at_least, each_of, flag, option
+from babelprobe.settings import Nested, as_tuple, at_least, block, each_of, flag, option
 
 EXPERIMENTS = ("exp1", "exp2")
 # The released notebooks' settings: exp1 `shifted_translation_plot("de", "it", "fr", "zh", extra_langs=["en"])`,
@@ -25,7 +26,28 @@ PAPER_LANGUAGES = {"source": "de-it", "target": "fr-zh", "latent": "en",
 
 
 @dataclass(frozen=True)
-class TranslationSettings:
+class Shared:
+    """The settings both protocols have: one block, declared once (`TranslationSettings.shared`,
+    `PairsSettings.shared`; flagged flat: --layers, --seed, --n-boot)."""
+
+    layers: str = option("all", metavar="SPEC", help="patched block outputs: all (1..L), or e.g. 4-12")
+    seed: int = option(0, help="seed of the random draws (translation: the few-shot examples and the pair order; "
+                       "pairs: the control concepts) and of the bootstrap")
+    n_boot: int = option(1000, metavar="N", help="bootstrap replicates of the intervals over pairs")
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", _layer_spec(self.layers))
+        at_least(self, "n_boot", 0)
+        from babelprobe.extract.layers import check_spec
+
+        check_spec(self.layers)
+
+
+SHARED = tuple(f.name for f in dataclasses.fields(Shared))
+
+
+@dataclass(frozen=True)
+class TranslationSettings(Nested):
     """What changes the numbers of the translation protocol (`bp.patch_translation`)."""
 
     exps: tuple[str, ...] = option(EXPERIMENTS, flag="--exp", metavar="LIST",
@@ -44,21 +66,16 @@ class TranslationSettings:
                                            "zh-es,es-ru,ru-ko)")
     n_pairs: int = option(200, metavar="N", help="source/target concept pairs per experiment")
     shots: int = option(5, metavar="K", help="translation examples before the query")
-    layers: str = option("all", metavar="SPEC", help="patched block outputs: all (1..L), or e.g. 4-12")
-    seed: int = option(0, help="seed of the random draws (translation: the few-shot examples and the pair order; "
-                       "pairs: the control concepts) and of the bootstrap")
-    n_boot: int = option(1000, metavar="N", help="bootstrap replicates of the intervals over pairs")
+    shared: Shared = block(Shared, SHARED, help="the settings both protocols have")
 
     def __post_init__(self):
         object.__setattr__(self, "exps", as_tuple(self.exps))
         object.__setattr__(self, "source_pairs", as_tuple(self.source_pairs))
         latent = None if self.latent is None or str(self.latent).lower() == "none" else str(self.latent)
         object.__setattr__(self, "latent", latent)
-        object.__setattr__(self, "layers", _layer_spec(self.layers))
         each_of(self, "exps", EXPERIMENTS)
         at_least(self, "n_pairs", 1)
         at_least(self, "shots", 1)
-        at_least(self, "n_boot", 0)
         source, target = language_pair(self, "source"), language_pair(self, "target")
         pairs = [language_pair(self, "source_pairs", text) for text in self.source_pairs]
         if "exp2" in self.exps and not pairs:
@@ -71,9 +88,6 @@ class TranslationSettings:
                 raise BabelprobeError(f"--latent {self.latent} is an output language of --source or --target; choose "
                                       "another or 'none'")
         check_prompt_names(sorted(self.languages()))
-        from babelprobe.extract.layers import check_spec
-
-        check_spec(self.layers)
 
     def languages(self) -> list[str]:
         """Every language the chosen experiments need words (and prompt names) in: exp1 its source, target
@@ -85,7 +99,7 @@ class TranslationSettings:
 
 
 @dataclass(frozen=True)
-class PairsSettings:
+class PairsSettings(Nested):
     """What changes the numbers of the minimal-pair protocol (`bp.patch_pairs`)."""
 
     sources: tuple[str, ...] = option(("en",), metavar="LIST",
@@ -96,23 +110,15 @@ class PairsSettings:
     min_gap: float = option(0.5, metavar="NATS",
                             help="summary: leave out pairs whose good and bad scores differ by less (the recovery's "
                             "denominator)")
-    layers: str = option("all", metavar="SPEC", help="patched block outputs: all (1..L), or e.g. 4-12")
-    seed: int = option(0, help="seed of the random draws (translation: the few-shot examples and the pair order; "
-                       "pairs: the control concepts) and of the bootstrap")
-    n_boot: int = option(1000, metavar="N", help="bootstrap replicates of the intervals over pairs")
+    shared: Shared = block(Shared, SHARED, help="the settings both protocols have")
 
     def __post_init__(self):
         object.__setattr__(self, "sources", as_tuple(self.sources))
-        object.__setattr__(self, "layers", _layer_spec(self.layers))
         object.__setattr__(self, "min_gap", float(self.min_gap))
         if not self.sources:
             raise BabelprobeError("--sources needs at least one language code, e.g. en")
         if self.min_gap < 0:
             raise BabelprobeError(f"--min-gap must be 0 or more, got {self.min_gap}")
-        at_least(self, "n_boot", 0)
-        from babelprobe.extract.layers import check_spec
-
-        check_spec(self.layers)
 
 
 def _layer_spec(value) -> str:

@@ -89,12 +89,12 @@ def load_concepts(source="xcomps-sample") -> pd.DataFrame:
 
 
 def _read_concepts(path) -> pd.DataFrame:
-    if path.suffix in (".tsv", ".tab"):
-        return pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
-    if path.suffix == ".csv":
-        return pd.read_csv(path, dtype=str, keep_default_na=False)
-    from babelprobe.tables import read_table
+    from babelprobe.tables import read_csv, read_table
 
+    if path.suffix in (".tsv", ".tab"):
+        return read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    if path.suffix == ".csv":
+        return read_csv(path, dtype=str, keep_default_na=False)
     return read_table(path)
 
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.runs import LAYOUTS
+from babelprobe.runtime import Runtime, runner
 from babelprobe.sae.settings import Settings
 from babelprobe.sae.weights import SAE, check_fits, load_sae
 from babelprobe.settings import settings_record
@@ -52,28 +53,28 @@ class SAEResult:
     sae: dict = field(default_factory=dict)  # the SAE's description
 
 
-def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None = None,
-                 settings: Settings | None = None, model_options: dict | None = None, n_boot: int = 1000,
-                 batch_tokens: int = 4096, overwrite: bool = False, progress: bool = True, **values) -> SAEResult:
-    """The SAE view of `items` (module docstring), written to `out`. `model`: a `LoadedModel` or a spec
-    (loaded with `model_options` once the SAE, the store and the output are checked); `items`: a
-    DataFrame or an item source; `sae`: an `SAE` or its folder; `acts`: an activation store of the same
-    model and items holding the SAE's layer (its last-token states feed the sparse probes). `values`:
-    the fields of `Settings` as keyword arguments (`ks="1,8,64"`, `ablate=4`). `n_boot`: bootstrap
+@runner(Settings, old=("model", "items", "sae", "out"))
+def sae_features(items, out: str | Path, settings: Settings | None = None, runtime: Runtime | None = None, *,
+                 sae, acts: str | Path | None = None, n_boot: int = 1000) -> SAEResult:
+    """The SAE view of `items` (module docstring), written to `out`. `items`: a DataFrame or an item
+    source; `sae`: an `SAE` or its folder; `acts`: an activation store of the same model and items holding
+    the SAE's layer (its last-token states feed the sparse probes). `settings` or its fields as keyword
+    arguments (`ks="1,8,64"`, `ablate=4`). `runtime`: the model (a spec is loaded once the SAE, the store
+    and the output are checked, against the model's files first) and the running options (or `model=`,
+    `load_options=`, `batch_tokens=`, `overwrite=`, `progress=` as keywords). `n_boot`: bootstrap
     replicates of the ablation's summary (OUT/ablate/summary.csv)."""
     from babelprobe.items import items_hash, load_items
-    from babelprobe.models import as_model
     from babelprobe.runs import open_run
-    from babelprobe.settings import settings_for
     from babelprobe.tables import check_writable_dir
 
-    settings = settings or settings_for(Settings, **values)
     out = Path(out)
     items = load_items(items) if not isinstance(items, pd.DataFrame) else items
     layer = _one_layer(settings.layers)
     if not isinstance(sae, SAE):
         sae = load_sae(sae, layer=layer)
     elif layer is not None:
+        if sae.layer is not None and sae.layer != layer:
+            raise BabelprobeError(f"--layers {layer}: the SAE reads layer {sae.layer}; drop --layers or give {sae.layer}")
         sae.layer = layer
     if items["language"].nunique() < 2:
         raise BabelprobeError("the SAE view compares languages: the items have only "
@@ -81,27 +82,28 @@ def sae_features(model, items, sae, out: str | Path, *, acts: str | Path | None 
     _check_groups(items, settings.folds)
     store = _check_store(acts, sae, items) if acts is not None else None
     check_writable_dir(out)
-    lm = as_model(model, model_options)
-    check_fits(sae, lm.d_model, lm.n_layers)
-    if store is not None and store.fingerprint and store.fingerprint != lm.fingerprint:
-        raise BabelprobeError(f"activation store {store.path} was made with another model than {lm.name}; point "
+    info = runtime.info  # the model's files: its width, layers and fingerprint before its weights load
+    check_fits(sae, info.d_model, info.n_layers)
+    if store is not None and store.fingerprint and store.fingerprint != info.fingerprint:
+        raise BabelprobeError(f"activation store {store.path} was made with another model than {info.name}; point "
                               "--acts elsewhere or leave it out (the states are then read in the SAE's own pass)")
+    lm = runtime.lm
     identity = {"fingerprint": lm.fingerprint, "items_hash": items_hash(items), "sae": _sae_digest(sae),
                 "layer": sae.layer, **settings_record(settings)}
     run = open_run(out, identity, record={"model": lm.name, "sae_path": sae.path, "sae_info": sae.describe(),
                                           "acts": str(store.path) if store is not None else None},
-                   manifest=MANIFEST, overwrite=overwrite,
+                   manifest=MANIFEST, overwrite=runtime.overwrite,
                    outputs=(*OUTPUTS.values(), STATS, "acts", "ablate", "figures"),
                    what="an SAE run of another model, item set, SAE or settings")
     from babelprobe.tables import read_table, write_table
 
-    stats = _stats_stage(run, lm, items, sae, store, out, batch_tokens, progress)
+    stats = _stats_stage(run, lm, items, sae, store, out, runtime.batch_tokens, runtime.progress)
     features = stats.features(top=settings.top or None)
     write_table(features, out / OUTPUTS["features"])
     tables = {"features": features}
     tables.update(_sparse_stage(run, sae, store or _own_store(out), settings, out, stats.fit().assign(states="tokens")))
     if run.state["stages"].get("ablate") != "done" or not (out / OUTPUTS["ablate"]).exists():
-        ablate = ablation_rows(lm, items, out, settings, n_boot, batch_tokens, progress)
+        ablate = ablation_rows(lm, items, out, settings, n_boot, runtime.batch_tokens, runtime.progress)
         write_table(ablate, out / OUTPUTS["ablate"])  # written last: it marks the run finished (runs.LAYOUTS)
         run.state["stages"]["ablate"] = "done"
         run.save()
@@ -139,6 +141,7 @@ def _check_store(acts, sae: SAE, items: pd.DataFrame):
     from babelprobe.extract import open_store
 
     store = open_store(store_path)
+    store.check_files()  # a truncated shard: now, not after the stats pass
     check_fits(sae, store.d_model, store.n_layers, what="store's")
     if sae.layer not in store.layers:
         raise BabelprobeError(f"activation store {store.path} has no layer {sae.layer} (the SAE's); it has "
@@ -239,8 +242,9 @@ def ablation_rows(lm, items, out: Path, settings: Settings, n_boot: int, batch_t
 
     if settings.ablate == 0:
         return pd.DataFrame(columns=ABLATE_COLUMNS)
-    result = intervene(lm, items, None, out / "ablate", methods="sae", readouts="direct", n_random=settings.n_random,
-                       seed=settings.seed, sae=out, n_boot=n_boot, batch_tokens=batch_tokens, progress=progress)
+    result = intervene(items, out / "ablate", methods="sae", readouts="direct", n_random=settings.n_random,
+                       seed=settings.seed, sae=out, n_boot=n_boot, model=lm, batch_tokens=batch_tokens,
+                       progress=progress)
     rows = result.rows
     return pd.DataFrame({
         "pair_id": rows["pair_id"], "language": rows["language"], "subset": rows["subset"],

@@ -142,7 +142,8 @@ class SAE:
 
 def load_sae(path: str | Path, layer: int | None = None, device=None) -> SAE:
     """The SAE in the folder `path` (Gemma Scope 2 or SAELens layout, module docstring). `layer` sets the
-    babelprobe layer when the folder does not say (or overrides it). One-line errors name the folder and
+    babelprobe layer when the folder does not say; another layer than the folder's is an error (an SAE read
+    at a layer it was not trained on is not that SAE). One-line errors name the folder and
     what is wrong: no such folder, an unknown layout or architecture, a missing tensor, shapes that do not
     fit, a hook that is not the residual stream."""
     path = Path(path)
@@ -157,6 +158,9 @@ def load_sae(path: str | Path, layer: int | None = None, device=None) -> SAE:
         raise BabelprobeError(f"--sae {path}: neither a Gemma Scope 2 folder ({GEMMA_SCOPE_WEIGHTS}) nor a SAELens "
                               f"folder ({SAELENS_CONFIG} + {SAELENS_WEIGHTS})")
     if layer is not None:
+        if sae.layer is not None and int(layer) != sae.layer:
+            raise BabelprobeError(f"--layers {layer}: the SAE in {path} reads layer {sae.layer} ({sae.hook}); drop "
+                                  f"--layers or give {sae.layer}")
         sae.layer = int(layer)
     if sae.layer is None:
         raise BabelprobeError(f"--sae {path}: the folder does not say which layer it reads (hook {sae.hook!r}); "

@@ -187,11 +187,12 @@ def convert(name: str, source: str | Path, out: str | Path | None = None, langua
     `out` (.jsonl, .json, .csv, .parquet) when given. The output is checked before anything is read, and an
     existing file is kept unless `overwrite`."""
     from babelprobe.benchmarks.base import benchmark
-    from babelprobe.items import validate, write_items
+    from babelprobe.items import check_limit, validate, write_items
     from babelprobe.tables import check_output
 
     if name not in BRIDGES:
         raise BabelprobeError(f"unknown bridge {name!r}; use one of {', '.join(BRIDGES)}")
+    check_limit(limit)
     if out is not None:
         check_output(out, (".jsonl", ".json", ".csv", ".parquet"))
         if Path(out).exists() and not overwrite:
@@ -333,7 +334,7 @@ def run(name: str, data: pd.DataFrame, models, settings: Settings | None = None,
     else:
         key = {"benchmark": name, "fingerprint": models.lm.fingerprint, **settings_record(settings)}
         rows = score_resumably(chunk, data, Path(out) / "items.csv", key, chunk_pairs=CHUNK_QUESTIONS,
-                               progress=progress, desc="questions", unit="pair_id")
+                               progress=progress, desc="questions", unit="pair_id", model=models.lm)
     read, skipped = data.attrs.get("read"), Counter(s["language"] for s in data.attrs.get("skipped", []))
     if read:
         rows["records_read"] = rows["language"].map(read).astype("Int64")

@@ -415,9 +415,9 @@ def make_generator(spec: str, lm: LoadedModel | None = None, batch_size: int = 8
             raise BabelprobeError("the 'local' generator needs a loaded model (--model)")
         return local_generator(lm, batch_size=batch_size, progress=progress)
     if kind == "local" and rest:
-        from babelprobe.models import load_model
+        from babelprobe.runtime import Runtime
 
-        return local_generator(load_model(rest), batch_size=batch_size, progress=progress)
+        return local_generator(Runtime(model=rest).lm, batch_size=batch_size, progress=progress)
     if kind in ("openai", "openai-completions"):
         model, at, url = rest.partition("@")
         if not (model and at and url):

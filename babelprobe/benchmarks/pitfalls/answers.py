@@ -31,8 +31,9 @@ from babelprobe.benchmarks.pitfalls.prompts import (
 )
 from babelprobe.benchmarks.pitfalls.settings import METHODS, NAME, Settings
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import LoadedModel, load_model
+from babelprobe.models import LoadedModel
 from babelprobe.runs import score_resumably
+from babelprobe.runtime import Runtime
 from babelprobe.settings import settings_record
 from babelprobe.tables import write_table
 
@@ -49,7 +50,7 @@ def score_pitfalls(model: LoadedModel | str, questions: pd.DataFrame, reduction:
     questions, so each distinct prompt is scored once."""
     if reduction not in REDUCTIONS:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
     requests = build_requests(questions, prompts, variants)
     memo = {} if memo is None else memo
     keys = [(p, tuple(o)) for p, o in zip(requests["prompt"], requests["options"], strict=True)]
@@ -222,7 +223,7 @@ def run(data: pd.DataFrame, models, settings: Settings = Settings(), out: Path |
         else:
             key = {"benchmark": NAME, "fingerprint": models.lm.fingerprint, **settings_record(settings)}
             rows = score_resumably(score, data, Path(out) / "items.csv", key, chunk_pairs=CHUNK_QUESTIONS,
-                                   progress=progress, desc="questions", unit="question_id")
+                                   progress=progress, desc="questions", unit="question_id", model=models.lm)
     rows["protocol"] = settings.protocol
     return rows
 

@@ -685,10 +685,10 @@ def simulation_answerers(models, settings: SearchSettings, sim_models: list[str]
     """The simulation models: the local model and `sim_models`, answering by likelihood (model specs), or,
     with `settings.answer == "generate"`, the release's way (`ReleaseAnswerer`: generator specs, a bare model
     spec meaning `local:SPEC`; the extractor `settings.extractor`, default each model itself)."""
-    from babelprobe.models import load_model
+    from babelprobe.runtime import Runtime
 
     if settings.answer == "likelihood":
-        return [LikelihoodAnswerer(models.lm, reduction)] + [LikelihoodAnswerer(load_model(spec), reduction)
+        return [LikelihoodAnswerer(models.lm, reduction)] + [LikelihoodAnswerer(Runtime(model=spec).lm, reduction)
                                                              for spec in sim_models]
     specs = ["local", *(s if s.startswith(("local", "openai:", "openai-completions:")) else f"local:{s}"
                         for s in sim_models)]

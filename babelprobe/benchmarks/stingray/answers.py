@@ -18,7 +18,8 @@ from babelprobe.benchmarks.stingray.data import load_stingray
 from babelprobe.benchmarks.stingray.prompts import build_requests, chat_renderer, load_prompts
 from babelprobe.benchmarks.stingray.settings import TASKS, Settings
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import LoadedModel, load_model
+from babelprobe.models import LoadedModel
+from babelprobe.runtime import Runtime
 from babelprobe.tables import write_table
 
 SKIPPED = "skipped_records.csv"
@@ -35,7 +36,7 @@ def score_stingray(model: LoadedModel | str, records: pd.DataFrame | str = "stin
     if reduction not in REDUCTIONS:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
     records = load_stingray(records) if isinstance(records, (str, Path)) else records
-    lm = load_model(model) if isinstance(model, str) else model
+    lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
     requests = build_requests(records, prompts, tasks, split_words=False)  # "w1, w2", as likelihood_eval.py
     render, prompt_format = chat_renderer(lm, chat)
     texts = [render(q) for q in requests["question"]] if render else list(requests["prompt"])

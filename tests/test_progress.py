@@ -1,0 +1,92 @@
+"""Progress on the long loops (issue 39 item 6): the bar of `runs.score_resumably` (patch, intervene, bench,
+score, compare) counts finished units and, inside a chunk, the tokens the model runs, as it runs them
+(`runs.TokenMeter`); an interruption keeps every finished chunk and leaves no hook on the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import babelprobe as bp
+from babelprobe.benchmarks.direct import score_direct
+from babelprobe.runs import TokenMeter, partial_dir, score_resumably
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def items():
+    return bp.load_items("xcomps-sample", languages=["en", "de"], limit=2)
+
+
+def real_tokens(lm, texts) -> int:
+    """Every token a forward pass of each distinct text holds (direct scoring runs a sentence shared by two
+    pairs once), counted with the tokenizer itself: BOS and the text."""
+    return sum(1 + len(lm.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in set(texts))
+
+
+@pytest.mark.parametrize("batch_tokens, padding_side", [(16, "right"), (4096, "left")])
+def test_the_meter_counts_the_real_tokens_of_every_forward_pass_whatever_the_padding(tiny, items, batch_tokens,
+                                                                                     padding_side):
+    with TokenMeter(tiny) as meter:
+        score_direct(tiny, items, batch_tokens=batch_tokens, padding_side=padding_side, progress=False)
+    assert meter.tokens == real_tokens(tiny, items["text"])
+    assert not tiny.parts.body._forward_pre_hooks  # the hook went with the meter
+
+
+class Recorder:
+    """A stand-in for tqdm that records, at each postfix, how many units were finished then."""
+
+    def __init__(self, total, initial=0, **kwargs):
+        self.n, self.disable, self.seen = initial, kwargs.get("disable", False), []
+        Recorder.last = self
+
+    def set_postfix_str(self, text, refresh=True):
+        self.seen.append((self.n, text))
+
+    def update(self, n=1):
+        self.n += n
+
+    def close(self):
+        pass
+
+
+def test_the_bar_moves_inside_a_chunk_as_tokens_run(tiny, items, tmp_path, monkeypatch):
+    import babelprobe.runs
+
+    monkeypatch.setattr(babelprobe.runs, "tqdm", Recorder)
+    pairs = items["pair_id"].nunique()
+    score_resumably(lambda chunk: score_direct(tiny, chunk, batch_tokens=16, progress=False), items,
+                    tmp_path / "direct.csv", {"what": "test"}, chunk_pairs=pairs, model=tiny)  # one chunk
+    bar = Recorder.last
+    assert bar.n == pairs
+    inside = [text for finished, text in bar.seen if finished == 0]
+    assert len(inside) > 1, bar.seen  # several batches counted before the only chunk finished
+    counts = [int(text.split()[0].replace(",", "")) for text in inside]
+    assert counts == sorted(counts) and counts[-1] == real_tokens(tiny, items["text"])
+
+
+def test_an_interruption_keeps_the_finished_chunks_and_removes_the_hook(tiny, items, tmp_path):
+    out = tmp_path / "direct.csv"
+    calls = []
+
+    def score(chunk):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(chunk["pair_id"].nunique())
+        return score_direct(tiny, chunk, progress=False)
+
+    with pytest.raises(KeyboardInterrupt):
+        score_resumably(score, items, out, {"what": "test"}, chunk_pairs=1, progress=False, model=tiny)
+    assert not tiny.parts.body._forward_pre_hooks
+    assert len(list(partial_dir(out).glob("chunk-*.parquet"))) == 1 and not out.exists()
+    again = score_resumably(lambda chunk: score_direct(tiny, chunk, progress=False), items, out, {"what": "test"},
+                            chunk_pairs=1, progress=False, model=tiny)
+    whole = score_direct(tiny, items, progress=False)
+    again, whole = (frame.sort_values("pair_id").reset_index(drop=True) for frame in (again, whole))
+    scores = ["score_good", "score_bad"]
+    pd.testing.assert_frame_equal(again.drop(columns=scores), whole.drop(columns=scores))
+    # the resumed run batched the texts otherwise (one pair per chunk): a score sums ~20 float32 log-probs, each
+    # within ~1e-7 relative of its value in any batch, so the sums agree to 20 × 1.2e-7 ≈ 2.4e-6 relative; 1e-5
+    np.testing.assert_allclose(again[scores].to_numpy(float), whole[scores].to_numpy(float), rtol=1e-5, atol=0)
