@@ -2,8 +2,11 @@
 
 Each bundled set belongs to one benchmark: `xcomps` sets are minimal pairs in the item schema
 (read by `load_items`, scored by `score`, `extract`, `probe` and `compare`); the others are read by
-their benchmark's `load` (`babelprobe bench NAME --items SET`). Every set here was written for
-babelprobe (see the README beside its files); none is copied from the benchmark's release.
+their benchmark's `load` (`babelprobe bench NAME --items SET`); `corpus` sets are running text per
+language for the token-level analyses (`--corpus NAME`, `babelprobe.corpus`). Every item set here was
+written for babelprobe (see the README beside its files); none is copied from the benchmark's release.
+The corpus `udhr` is the Universal Declaration of Human Rights, whose translations may be freely
+reproduced (its README gives the source and the licence).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ BUNDLED = {s.name: s for s in (
                "XNLI-style premise/hypothesis pairs in 5 languages (4 scripts), written for babelprobe"),
     BundledSet("pawsx-sample", "pawsx", "bridges/pawsx_sample",
                "PAWS-X-style paraphrase pairs in 5 languages (3 scripts), written for babelprobe"),
+    BundledSet("udhr", "corpus", "corpus_udhr",
+               "the Universal Declaration of Human Rights in 22 languages (articles 25-30 held out), a text corpus"),
 )}
 
 

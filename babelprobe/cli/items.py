@@ -42,6 +42,8 @@ def run_convert(args) -> int:
 
 
 def run_list(args) -> int:
+    import pandas as pd
+
     from babelprobe.benchmarks.base import benchmark
     from babelprobe.items import load_items
 
@@ -49,6 +51,12 @@ def run_list(args) -> int:
     for name, bundled in BUNDLED.items():
         if bundled.benchmark == "xcomps":
             records, command = load_items(name), "score/extract/compare"
+        elif bundled.benchmark == "corpus":  # running text: its lines are the records
+            from babelprobe.corpus import read_corpus
+
+            corpus = read_corpus(name)
+            records = pd.DataFrame({"language": [c for c, lines in corpus.train.items() for _ in lines]})
+            command = "--corpus (neurons, sae train, intervene)"
         else:
             records, command = benchmark(bundled.benchmark).load(name), f"bench {bundled.benchmark}"
             records = getattr(records, "frame", records)  # what a `prepare` step takes holds the frame read
