@@ -5,6 +5,7 @@ declared once (`babelprobe.settings.option`), without importing torch (the CLI b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.settings import as_tuple, at_least, one_of, option
@@ -12,9 +13,17 @@ from babelprobe.settings import as_tuple, at_least, one_of, option
 DEFAULT_KS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+ABLATE_MODES = ("subtract", "projection")
+# Deng et al.'s ablation (released SAE/inference.py): each decoder direction's projection removed
+PROTOCOLS = {"paper": {"ablate_mode": "projection"}}
+
+
 @dataclass(frozen=True)
 class Settings:
     """What changes the numbers of `babelprobe sae` (recorded in sae.json)."""
+
+    PROTOCOLS: ClassVar[dict] = PROTOCOLS
+    protocol: str = option("default", "paper: Deng et al.'s projection ablation; default: babelprobe's subtraction")
 
     layers: str | None = option(None, "the layer the SAE reads when its folder does not say (N: block N's output)",
                                 metavar="N", flag="--layers", aliases=("--layer",))
@@ -25,6 +34,9 @@ class Settings:
     seed: int = option(0, "seed of the folds and the random feature sets")
     ablate: int = option(8, "features removed per language: its most specific by ν (0: no ablation)", metavar="N")
     n_random: int = option(3, "random feature sets of the same size, as controls", metavar="N", flag="--random")
+    ablate_mode: str = option("subtract", "the ablation: remove f_s(x)·W_dec[s] at every token but BOS (subtract) or "
+                              "the projection of x onto each W_dec[s] at every token (projection: Deng et al.)",
+                              choices=ABLATE_MODES)
 
     def __post_init__(self):
         try:
@@ -34,6 +46,8 @@ class Settings:
         if not self.ks or self.ks[0] < 1:
             raise BabelprobeError(f"--ks needs numbers of at least 1, got {self.ks}")
         at_least(self, "folds", 2)
+        one_of(self, "ablate_mode", ABLATE_MODES)
+        one_of(self, "protocol", ("default", *PROTOCOLS))
         for name in ("top", "ablate", "n_random"):
             at_least(self, name, 0)
         if self.layers is not None:
