@@ -54,6 +54,8 @@ BUNDLED = {s.name: s for s in (
                "XNLI-style premise/hypothesis pairs in 5 languages (4 scripts), written for babelprobe"),
     BundledSet("pawsx-sample", "pawsx", "bridges/pawsx_sample",
                "PAWS-X-style paraphrase pairs in 5 languages (3 scripts), written for babelprobe"),
+    BundledSet("dumas-concepts", "patching", "patching_concepts/concepts.csv",
+               "concept words in the 12 languages of Dumas et al.'s patching configurations, written for babelprobe"),
     BundledSet("udhr", "corpus", "corpus_udhr",
                "the Universal Declaration of Human Rights in 22 languages (articles 25-30 held out), a text corpus"),
 )}

@@ -417,13 +417,14 @@ def test_both_protocols_into_one_directory_and_the_report(tiny_dir, tmp_path, ca
     assert set(json.loads((out / "patch.json").read_text())["stages"]) == {"translation", "pairs"}
     # --n-boot and --min-gap change only the summaries: the rows are reused, the summary follows
     rows = pd.read_csv(out / "pairs.csv")
-    gap = float((rows["s_good"] - rows["s_bad"]).abs().median())
+    margins = rows["s_good"] - rows["s_bad"]
+    gap = float(margins[margins > 0].median())  # signed: pairs decided wrongly never count
     assert main([*[str(a) for a in pairs_args[:-1]], "--min-gap", repr(gap), "--n-boot", "10", "--no-progress"]) == 0
     assert "replacing" not in capsys.readouterr().err
     assert (out / "pairs.csv").stat().st_mtime_ns == pairs_before
     state = json.loads((out / "patch.json").read_text())
     assert state["summaries"]["pairs"] == {"min_gap": gap, "n_boot": 10} and "min_gap" not in state["stages"]["pairs"]
-    kept = rows[((rows["s_good"] - rows["s_bad"]).abs() >= gap) & (rows["control"] == "source")]
+    kept = rows[((rows["s_good"] - rows["s_bad"]) >= gap) & (rows["control"] == "source")]
     summary = pd.read_csv(out / "summary.csv")
     summary = summary[(summary["language"] == "all") & (summary["control"] == "source")].set_index("layer")["n"]
     assert 0 < len(kept) < (rows["control"] == "source").sum()

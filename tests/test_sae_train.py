@@ -84,7 +84,7 @@ def test_topk_losses_and_gradients_equal_saelens():
     mine, _ = ours(x, dead, 0.0)
     (mine["mse"] + mine["aux"]).backward()
     out = theirs.training_forward_pass(TrainStepInput(sae_in=x, coefficients={}, dead_neuron_mask=dead,
-                                                      n_training_steps=0))
+                                                      n_training_steps=0, is_logging_step=False))
     out.loss.backward()
     assert float(mine["mse"]) == pytest.approx(float(out.losses["mse_loss"]), rel=1e-5)
     assert float(mine["aux"]) == pytest.approx(float(out.losses["auxiliary_reconstruction_loss"]), rel=1e-5)

@@ -51,6 +51,10 @@ def run_list(args) -> int:
     for name, bundled in BUNDLED.items():
         if bundled.benchmark == "xcomps":
             records, command = load_items(name), "score/extract/compare"
+        elif bundled.benchmark == "patching":  # concept words: one record per word
+            from babelprobe.patching.translation import load_concepts
+
+            records, command = load_concepts(name), "patch --protocol translation --concepts"
         elif bundled.benchmark == "corpus":  # running text: its lines are the records
             from babelprobe.corpus import read_corpus
 
