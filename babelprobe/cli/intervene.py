@@ -85,7 +85,7 @@ def run(args) -> int:
     ppl_only = set(settings.readouts) == {"ppl"}
     items = None if ppl_only and args.items == "xcomps-sample" else items_from(args)
     result = intervene(args.model, items, args.probes, args.out, settings=settings,
-                       inputs={name: getattr(args, name) for name in inputs()}, corpus=args.corpus,
+                       inputs={name: getattr(args, name) for name in inputs()}, corpus=_corpus(args),
                        load_options=load_options(args), n_boot=args.n_boot, batch_tokens=args.batch_tokens,
                        overwrite=args.overwrite, progress=not args.no_progress)
     if result.corpus is not None:
@@ -103,6 +103,15 @@ def run(args) -> int:
         written += f"interventions.csv ({len(result.rows)} rows), summary.csv, sanity.csv, "
     print(f"wrote {written}{len(result.figures)} figures to {args.out}")
     return 0
+
+
+def _corpus(args):
+    """--corpus, restricted to --languages when they are given (the ppl readout's evaluated languages)."""
+    if args.corpus is None or not args.languages:
+        return args.corpus
+    from babelprobe.corpus import read_corpus
+
+    return read_corpus(args.corpus, args.languages)
 
 
 def corpus_lines(table) -> str:

@@ -390,6 +390,31 @@ def _resume(path: Path, identity: dict, trainer: TrainingSAE, optimiser, state: 
     state.since_fired, state.fired = tensors["since_fired"].clone(), tensors["fired"].clone()
 
 
+def checkpoint_fit(model, corpus, out: str | Path, settings: TrainSettings, *, languages: list[str] | None = None,
+                   batch_tokens: int = 8192) -> tuple[pd.DataFrame, float, int]:
+    """(held-out fit table, held-out dead share, step) of the checkpoint an unfinished `train_sae` into `out`
+    left: how far a long run has come (the same evaluation as the finished SAE's)."""
+    from safetensors.torch import load_file
+
+    from babelprobe.corpus import packed, read_corpus
+    from babelprobe.models import as_model
+
+    path = _checkpoint_dir(Path(out))
+    if not (path / "state.json").exists():
+        raise BabelprobeError(f"--out {out}: no checkpoint beside it ({path})")
+    record = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    lm = as_model(model)
+    trainer = TrainingSAE(lm.d_model, settings.width, settings.architecture, settings.k, torch.Generator())
+    tensors = load_file(str(path / "state.safetensors"))
+    with torch.no_grad():
+        for name, p in trainer.named_parameters():
+            p.copy_(tensors[f"param.{name}"])
+    layer = _one_layer(settings.layers)
+    held = packed(lm, read_corpus(corpus, languages), "heldout", settings.window, keep_last=True)
+    table, dead = heldout_fit(lm, trainer.inference_sae(float(record["scale"]), layer), held, batch_tokens)
+    return table, dead, int(record["step"])
+
+
 # ------------------------------------------------------------------------------------------ output
 
 def _one_layer(spec) -> int:
