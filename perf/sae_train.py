@@ -96,6 +96,7 @@ def main() -> None:
 
     steps = args.tokens // args.batch_size
     cfg = SAETrainerConfig(total_training_samples=args.tokens, train_batch_size_samples=args.batch_size, lr=args.lr,
+                           lr_end=args.lr / 10,  # SAETrainer asserts it is set (SAETrainerConfig leaves it None)
                            lr_decay_steps=int(steps * DECAY_SHARE), dead_feature_window=settings.dead_feature_window,
                            feature_sampling_window=10 ** 9, n_batches_for_norm_estimate=min(100, max(1, steps // 10)))
     torch.manual_seed(args.seed)

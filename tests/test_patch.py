@@ -277,7 +277,7 @@ def test_exp2_equals_a_plain_hook_reference(translation_run):
     words = {c: dict(zip(LANGS, w)) for c, w in WORDS.items()}
     cut = lambda text: '"'.join(text.split('"')[:-2])  # noqa: E731  (obj_patch_translation.ipynb)
     rows = result.rows[result.rows["exp"] == "exp2"]
-    assert set(rows["variant"]) == {"mean", "first"} and rows[["p_src_concept_src_lang", "p_latent"]].isna().all().all()
+    assert set(rows["variant"]) == {"mean", "first"} and rows["p_src_concept_src_lang"].isna().all()
     for (src, tgt), part in rows.groupby(["src_concept", "tgt_concept"]):
         states = []
         for pair in (("de", "es"), ("es", "de")):
@@ -291,6 +291,9 @@ def test_exp2_equals_a_plain_hook_reference(translation_run):
             probs = torch.softmax(hf_run(lm, target, writes)[-1], -1)
             assert abs(row.p_src_concept_tgt_lang - probs[paper_tokens(tok, [words[src]["en"]])].sum().item()) <= 1e-6
             assert abs(row.p_tgt_concept_tgt_lang - probs[paper_tokens(tok, [words[tgt]["en"]])].sum().item()) <= 1e-6
+            # extra_langs=[latent]: the "src + tgt de" set, both concepts' German words, measured as one
+            latent = paper_tokens(tok, [words[tgt]["de"], words[src]["de"]])
+            assert abs(row.p_latent - probs[latent].sum().item()) <= 1e-6
 
 
 def test_translation_tables_and_settings(translation_run):

@@ -314,9 +314,11 @@ def test_cli_train_run_and_report(tiny_store, tmp_path, capsys, tiny_dir):
     bp.write_items(bp.load_items("xcomps-sample", languages=["en", "de"], limit=3), items)
     acts = tmp_path / "acts"
     assert main(["extract", "--model", str(tiny_dir), "--items", str(items), "--out", str(acts), "--no-progress"]) == 0
-    assert main(["sae", "train", "--acts", str(acts), "--layer", "2", "--width", "32", "--steps", "100",
-                 "--out", str(tmp_path / "sae")]) == 0
-    assert "trained a 32-feature ReLU SAE on layer 2" in capsys.readouterr().out
+    assert main(["sae", "train", "--model", str(tiny_dir), "--corpus", "udhr", "--languages", "en,de", "--layer", "2",
+                 "--width", "32", "--k", "4", "--tokens", "5120", "--batch-size", "256", "--window", "32",
+                 "--out", str(tmp_path / "sae"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "trained a 32-feature topk SAE on layer 2" in printed and "held-out" in printed
     out = tmp_path / "run"
     argv = ["sae", "--model", str(tiny_dir), "--items", str(items), "--sae", str(tmp_path / "sae"), "--acts", str(acts),
             "--out", str(out), "--ks", "1,4", "--folds", "3", "--ablate", "2", "--random", "1", "--n-boot", "50", "--no-progress"]
