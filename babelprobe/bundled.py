@@ -2,8 +2,11 @@
 
 Each bundled set belongs to one benchmark: `xcomps` sets are minimal pairs in the item schema
 (read by `load_items`, scored by `score`, `extract`, `probe` and `compare`); the others are read by
-their benchmark's `load` (`babelprobe bench NAME --items SET`). Every set here was written for
-babelprobe (see the README beside its files); none is copied from the benchmark's release.
+their benchmark's `load` (`babelprobe bench NAME --items SET`); `corpus` sets are running text per
+language for the token-level analyses (`--corpus NAME`, `babelprobe.corpus`). Every item set here was
+written for babelprobe (see the README beside its files); none is copied from the benchmark's release.
+The corpus `udhr` is the Universal Declaration of Human Rights, whose translations may be freely
+reproduced (its README gives the source and the licence).
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ BUNDLED = {s.name: s for s in (
     BundledSet("lm-eval-sample", "lm-eval", "lmeval_sample",
                "XCOPA-style questions in 4 languages (written for babelprobe) and belebele-sample, read through the "
                "installed lm-evaluation-harness's xcopa and belebele tasks (the lm-eval extra)"),
+    BundledSet("dumas-concepts", "patching", "patching_concepts/concepts.csv",
+               "concept words in the 12 languages of Dumas et al.'s patching configurations, written for babelprobe"),
+    BundledSet("udhr", "corpus", "corpus_udhr",
+               "the Universal Declaration of Human Rights in 22 languages (articles 25-30 held out), a text corpus"),
 )}
 
 

@@ -58,8 +58,9 @@ def test_contract_names_and_all(name):
         assert getattr(module, attr) is not None, attr
 
 
-# what a preset leaves to the user to name (ECLeKTiC's paper protocol: the judge, Gemini 2.0 Flash in the paper)
-NAMED = {("eclektic", "paper"): {"judge": "self"}}
+# what a preset leaves to the user to name (ECLeKTiC's paper protocol: the judge, Gemini 2.0 Flash in the paper;
+# Pitfalls': the extractor, gpt-4o-mini in the release)
+NAMED = {("eclektic", "paper"): {"judge": "self"}, ("pitfalls", "paper"): {"extractor": "self"}}
 
 
 @pytest.mark.parametrize("name", NAMES)

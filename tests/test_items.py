@@ -196,7 +196,9 @@ def test_items_list_shows_every_bundled_set_of_every_benchmark(capsys):
     listed = {line.split()[0]: line for line in lines[1:]}
     assert set(listed) == set(BUNDLED)
     for name, bundled in BUNDLED.items():
-        used_by = "score/extract/compare" if bundled.benchmark == "xcomps" else f"bench {bundled.benchmark}"
+        used_by = {"xcomps": "score/extract/compare", "corpus": "--corpus",
+                   "patching": "patch --protocol translation --concepts"}.get(bundled.benchmark,
+                                                                           f"bench {bundled.benchmark}")
         assert used_by in listed[name]
     assert {bundled.benchmark for bundled in BUNDLED.values()} >= {
         "xcomps", "stingray", "eclektic", "consistency", "pitfalls"}

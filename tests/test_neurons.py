@@ -407,24 +407,27 @@ def test_N7_settings_that_do_not_go_together(neu, tiny_long_dir, tmp_path, capsy
 def test_N8_corpus_that_is_not_there_or_not_named_by_language(tiny_long_dir, tmp_path, capsys):
     out = tmp_path / "o"
     argv = ["neurons", "--model", str(tiny_long_dir), "--corpus", str(tmp_path / "wiki"), "--out", str(out)]
-    refused(argv, capsys, out, f"--corpus {tmp_path / 'wiki'}: no such directory")
+    refused(argv, capsys, out, f"--corpus {tmp_path / 'wiki'}: no such file or directory")
     (tmp_path / "wiki").mkdir()
     (tmp_path / "wiki" / "english.txt").write_text("A dog can bark.\n")
-    refused(argv, capsys, out, "english.txt: name each file after its language's ISO 639-1 code")
+    refused(argv, capsys, out, "english.txt: 'english' is not an ISO 639-1 language code")
+    refused(["neurons", "--model", str(tiny_long_dir), "--protocol", "paper", "--out", str(out)], capsys, out,
+            "--protocol paper counts a text corpus")
     refused([*argv, "--items", "xcomps-sample"], capsys, out, "--corpus counts text files")
 
 
 def test_a_corpus_is_cut_into_windows(tiny_long_dir, tiny_long, tmp_path):
     corpus = tmp_path / "wiki"
-    corpus.mkdir()
-    for code, values in TEXTS.items():
+    (corpus / "heldout").mkdir(parents=True)
+    for code, values in TEXTS.items():  # the training part is counted: every line here, held-out text beside it
         (corpus / f"{code}.txt").write_text("\n".join(values * 3) + "\n", encoding="utf-8")
+        (corpus / "heldout" / f"{code}.txt").write_text(values[0] + "\n", encoding="utf-8")
     out = tmp_path / "neu"
     assert main(["neurons", "--model", str(tiny_long_dir), "--corpus", str(corpus), "--window", "7",
                  "--min-tokens", "10", "--out", str(out), "--no-progress"]) == 0
     with __import__("h5py").File(out / "activation.h5") as f:
         n_tokens = f["n_tokens"][()]
-    ids = {code: [i for t in values * 3 for i in tiny_long.tokenizer(t, add_special_tokens=False)["input_ids"]]
+    ids = {code: tiny_long.tokenizer("\n".join(values * 3), add_special_tokens=False)["input_ids"]  # one stream
            for code, values in TEXTS.items()}
     assert n_tokens.tolist() == [len(ids[c]) for c in ("de", "en", "ru")]  # every token once, BOS not counted
     rows = [[tiny_long.bos_token_id] + ids["en"][s:s + 7] for s in range(0, len(ids["en"]), 7)]

@@ -289,7 +289,7 @@ def test_exp2_equals_a_plain_hook_reference(translation_run):
     words = {c: dict(zip(LANGS, w)) for c, w in WORDS.items()}
     cut = lambda text: '"'.join(text.split('"')[:-2])  # noqa: E731  (obj_patch_translation.ipynb)
     rows = result.rows[result.rows["exp"] == "exp2"]
-    assert set(rows["variant"]) == {"mean", "first"} and rows[["p_src_concept_src_lang", "p_latent"]].isna().all().all()
+    assert set(rows["variant"]) == {"mean", "first"} and rows["p_src_concept_src_lang"].isna().all()
     for (src, tgt), part in rows.groupby(["src_concept", "tgt_concept"]):
         states = []
         for pair in (("de", "es"), ("es", "de")):
@@ -304,6 +304,9 @@ def test_exp2_equals_a_plain_hook_reference(translation_run):
             probs, bound = torch.softmax(logits, -1), probability_bound(lm, logits)
             assert abs(row.p_src_concept_tgt_lang - probs[paper_tokens(tok, [words[src]["en"]])].sum().item()) <= bound
             assert abs(row.p_tgt_concept_tgt_lang - probs[paper_tokens(tok, [words[tgt]["en"]])].sum().item()) <= bound
+            # extra_langs=[latent]: the "src + tgt de" set, both concepts' German words, measured as one
+            latent = paper_tokens(tok, [words[tgt]["de"], words[src]["de"]])
+            assert abs(row.p_latent - probs[latent].sum().item()) <= bound
 
 
 def test_translation_tables_and_settings(translation_run):
@@ -432,13 +435,14 @@ def test_both_protocols_into_one_directory_and_the_report(tiny_dir, tmp_path, ca
     assert set(json.loads((out / "patch.json").read_text())["stages"]) == {"translation", "pairs"}
     # --n-boot and --min-gap change only the summaries: the rows are reused, the summary follows
     rows = pd.read_csv(out / "pairs.csv")
-    gap = float((rows["s_good"] - rows["s_bad"]).abs().median())
+    margins = rows["s_good"] - rows["s_bad"]
+    gap = float(margins[margins > 0].median())  # signed: pairs decided wrongly never count
     assert main([*[str(a) for a in pairs_args[:-1]], "--min-gap", repr(gap), "--n-boot", "10", "--no-progress"]) == 0
     assert "replacing" not in capsys.readouterr().err
     assert (out / "pairs.csv").stat().st_mtime_ns == pairs_before
     state = json.loads((out / "patch.json").read_text())
     assert state["summaries"]["pairs"] == {"min_gap": gap, "n_boot": 10} and "min_gap" not in state["stages"]["pairs"]
-    kept = rows[((rows["s_good"] - rows["s_bad"]).abs() >= gap) & (rows["control"] == "source")]
+    kept = rows[((rows["s_good"] - rows["s_bad"]) >= gap) & (rows["control"] == "source")]
     summary = pd.read_csv(out / "summary.csv")
     summary = summary[(summary["language"] == "all") & (summary["control"] == "source")].set_index("layer")["n"]
     assert 0 < len(kept) < (rows["control"] == "source").sum()

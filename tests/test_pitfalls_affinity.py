@@ -72,8 +72,13 @@ def test_hand_3x3_case_through_the_pipeline(found, tmp_path, tiny_long_dir, monk
     scripted = Scripted()
     monkeypatch.setattr(Models, "generator", lambda self, spec: scripted)
     out = tmp_path / "aff"
-    assert main(["bench", "pitfalls-affinity", "--model", str(tiny_long_dir), "--items", str(found), "--protocol",
-                 "paper", "--out", str(out), "--no-progress"]) == 0
+    # --protocol paper extracts with an LLM: without --extractor, one line, exit 2, nothing written
+    argv = ["bench", "pitfalls-affinity", "--model", str(tiny_long_dir), "--items", str(found), "--protocol",
+            "paper", "--out", str(out), "--no-progress"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert "--extractor" in error and len(error.splitlines()) == 1 and not out.exists()
+    assert main([*argv, "--extractor", "self"]) == 0
     assert "D[x, y]" in capsys.readouterr().out
     pairs = pd.read_csv(out / "pairs.csv")
     assert len(pairs) == 3 * 3 * N and pd.read_csv(out / "pairs-dropped.csv").empty  # each into all three

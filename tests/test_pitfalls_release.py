@@ -110,7 +110,10 @@ def test_a_language_without_a_release_prompt_is_an_error():
 
 
 def test_paper_preset_and_cot():
-    paper = pf.Settings(protocol="paper", answer="generate", chat_template="auto")
+    with pytest.raises(BabelprobeError, match="--protocol paper extracts each answer's choice with an LLM.*--extractor"):
+        pf.Settings(protocol="paper", answer="generate", chat_template="auto")
+    paper = pf.Settings(protocol="paper", answer="generate", chat_template="auto", extractor="self")
+    assert paper.extractor == "generator"  # the answering model, accepted explicitly
     assert pf.METHODS[paper.answer] == "simulate-extract" and pf.METHODS["cot"] == "cot-extract"
     with pytest.raises(BabelprobeError, match="--extractor 'gpt4'"):
         pf.Settings(answer="generate", extractor="gpt4")
@@ -137,12 +140,15 @@ class FirstChoice(Recorder):
 def test_search_preset_simulates_the_release_way_and_checks_meaning():
     from babelprobe.settings import settings_for
 
-    paper = settings_for(pf.SearchSettings, "paper", pf.SEARCH_PROTOCOLS)
+    with pytest.raises(BabelprobeError, match="give --extractor SPEC"):
+        settings_for(pf.SearchSettings, "paper", pf.SEARCH_PROTOCOLS)
+    paper = settings_for(pf.SearchSettings, "paper", pf.SEARCH_PROTOCOLS,
+                         extractor="openai:gpt-4o-mini@https://api.openai.com/v1")
     assert (paper.answer, paper.semantic_check, paper.translation, paper.chat_template) == (
         "generate", True, "release", "auto")
     assert (paper.theta, paper.theta_cross) == (0.5, 0.5)
     with pytest.raises(BabelprobeError, match="--protocol paper runs --answer generate"):
-        settings_for(pf.SearchSettings, "paper", pf.SEARCH_PROTOCOLS, answer="likelihood")
+        settings_for(pf.SearchSettings, "paper", pf.SEARCH_PROTOCOLS, answer="likelihood", extractor="self")
 
 
 def test_search_seeds_with_a_generating_simulation_model():

@@ -611,7 +611,7 @@ def test_46_language_without_a_release_template(work, capsys):
     sample = bp.benchmarks.pitfalls.resolve_source("pitfalls-sample") / "French.json"
     (data / "Russian.json").write_text(sample.read_text(encoding="utf-8"), encoding="utf-8")
     out = root / "bench46"
-    fails(["bench", "pitfalls", "--items", data, "--protocol", "paper", "--out", out, "--no-progress"], capsys,
+    fails(["bench", "pitfalls", "--items", data, "--protocol", "paper", "--extractor", "self", "--out", out, "--no-progress"], capsys,
           "the Cross-Lingual Pitfalls release has no 'simulate' prompt for language 'ru'", "--answer likelihood")
     source = root / "mmlu.json"
     source.write_text('[{"question": "Q?", "choices": ["a", "b"], "answer": "a"}]', encoding="utf-8")

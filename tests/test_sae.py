@@ -279,22 +279,11 @@ def test_hooked_output_equals_store_layer_and_the_pass_counts_every_token_but_bo
         assert stats.fit().set_index("language").loc[language, "fvu"] == pytest.approx(error / variance, rel=1e-4)
 
 
-def test_sae_trained_on_a_tiny_store_explains_most_variance(tiny_store, tmp_path):
-    root, lm, items = tiny_store
-    result = bp.train_sae(root / "acts", tmp_path / "sae", layers=2, width=64, steps=300, l1=0.3)
-    fit = result.fit.set_index("language")
-    assert fit.loc["all", "fvu"] < 0.5 and 0 < fit.loc["all", "l0"] < 64
-    sae = load_sae(tmp_path / "sae")  # SAELens layout, read back: the same codes
-    assert sae.layer == 2 and sae.architecture == "standard" and sae.apply_b_dec_to_input
-    states = torch.as_tensor(bp.open_store(root / "acts").read(2, pool="last"))
-    torch.testing.assert_close(sae.encode(states), result.sae.encode(states))
-
-
 # --------------------------------------------------------------------------------------------- ablation
 
 def test_ablating_an_empty_feature_set_changes_nothing(tiny_store):
     from babelprobe.interventions.edits import Intervention
-    from babelprobe.interventions.sae_features import FeatureAblation
+    from babelprobe.sae.edits import FeatureAblation
 
     _, lm, items = tiny_store
     sae = load_sae_like(lm, layer=2)
@@ -325,9 +314,11 @@ def test_cli_train_run_and_report(tiny_store, tmp_path, capsys, tiny_dir):
     bp.write_items(bp.load_items("xcomps-sample", languages=["en", "de"], limit=3), items)
     acts = tmp_path / "acts"
     assert main(["extract", "--model", str(tiny_dir), "--items", str(items), "--out", str(acts), "--no-progress"]) == 0
-    assert main(["sae", "train", "--acts", str(acts), "--layer", "2", "--width", "32", "--steps", "100",
-                 "--out", str(tmp_path / "sae")]) == 0
-    assert "trained a 32-feature ReLU SAE on layer 2" in capsys.readouterr().out
+    assert main(["sae", "train", "--model", str(tiny_dir), "--corpus", "udhr", "--languages", "en,de", "--layer", "2",
+                 "--width", "32", "--k", "4", "--tokens", "5120", "--batch-size", "256", "--window", "32",
+                 "--out", str(tmp_path / "sae"), "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "trained a 32-feature topk SAE on layer 2" in printed and "held-out" in printed
     out = tmp_path / "run"
     argv = ["sae", "--model", str(tiny_dir), "--items", str(items), "--sae", str(tmp_path / "sae"), "--acts", str(acts),
             "--out", str(out), "--ks", "1,4", "--folds", "3", "--ablate", "2", "--random", "1", "--n-boot", "50", "--no-progress"]

@@ -591,11 +591,22 @@ class AffinityRun:
     figures: list[Path] = field(default_factory=list)
 
 
+def sample_pairs(questions: pd.DataFrame, limit: int | None, seed: int) -> pd.DataFrame:
+    """At most `limit` questions per language, drawn at random with `seed` (App. B.2: "randomly select 100
+    pairs"), kept in the file's order; all of them without a limit."""
+    if limit is None:
+        return questions
+    parts = [part.sample(n=min(limit, len(part)), random_state=np.random.default_rng([seed, k]).integers(2**31))
+             for k, (_, part) in enumerate(questions.groupby("language", sort=True))]
+    return pd.concat(parts).sort_index() if parts else questions
+
+
 def run_affinity(models: Models | Runtime | LoadedModel | str, source: str | Path, out: str | Path, settings=None,
                  languages: list[str] | None = None, limit: int | None = None, overwrite: bool | None = None,
                  progress: bool | None = None, **values) -> AffinityRun:
     """Fig. 7 of Cross-Lingual Pitfalls (§3.3, App. B.2) from found pairs (`source`: what `bench pitfalls`
-    reads; `limit` pairs per seed language, the paper: 100): expand every seed language's pairs into the
+    reads; `limit` pairs per seed language drawn at random with `settings.seed`, the paper: 100 at random):
+    expand every seed language's pairs into the
     other languages of `source`, answer them (`settings.answer`), write `pairs.csv`, `pairs-dropped.csv`,
     `items.csv`, `accuracy.csv` (A[x, y]), `affinity.csv` (D[x, y]), `affinity.json` and the heat map
     `pitfalls_fig7.{pdf,png}` into `out`. Languages and prompts are checked before any model loads;
@@ -612,7 +623,7 @@ def run_affinity(models: Models | Runtime | LoadedModel | str, source: str | Pat
         raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
     check_limit(limit)
     check_kind(out, "pitfalls-affinity", "bench pitfalls-affinity")
-    questions = pitfalls.load_pitfalls(source, languages, limit)
+    questions = sample_pairs(pitfalls.load_pitfalls(source, languages, None), limit, settings.seed)
     names = list(dict.fromkeys(questions["language_name"]))
     check_languages(names, settings)
     models = _with_options(as_models(models), overwrite=overwrite, progress=progress)

@@ -390,6 +390,62 @@ def write_figures(summary: pd.DataFrame, out: str | Path, f1_table: pd.DataFrame
     return written
 
 
+# -------------------------------------------------------------------------------- the corpus readout
+
+# per edit source: the change drawn, its label, the figure's name and title (interventions.corpus_readout)
+CORPUS_MATRICES = {"neurons": ("delta_ppl", "Δ perplexity (off − base)", "ppl_change",
+                               "Perplexity change with one language's neurons off (Tang et al.)"),
+                   "sae_features": ("delta_nll", "Δ cross-entropy, nats (ablated − base)", "ce_change",
+                                    "Cross-entropy change with one language's SAE features ablated (Deng et al.)")}
+
+
+def corpus_matrix(table: pd.DataFrame, value: str, direction: str) -> pd.DataFrame:
+    """Edited language (rows) × evaluated language (columns) of `value` for one direction (the edit, or
+    `random`: the mean over the control draws)."""
+    part = table[table["direction"] == direction]
+    grid = part.pivot_table(index="off", columns="language", values=value, aggfunc="mean")
+    rows, columns = language_order(list(grid.index)), language_order(list(grid.columns))
+    return grid.reindex(index=rows, columns=columns)
+
+
+def plot_corpus_matrix(table: pd.DataFrame):
+    """The language × language matrix of the corpus readout (`CORPUS_MATRICES`): each edited language's change
+    on every evaluated language, the random controls' mean in brackets."""
+    from babelprobe.analysis.figures import language_ticks
+    from babelprobe.analysis.style import DIVERGING, text_colour
+
+    source = str(table["edit_source"].iloc[0])
+    value, label, _, title = CORPUS_MATRICES.get(source, CORPUS_MATRICES["neurons"])
+    direction = next(d for d in table["direction"].unique() if d != "random")
+    grid = corpus_matrix(table, value, direction)
+    control = corpus_matrix(table, value, "random") if (table["direction"] == "random").any() else None
+    values = grid.to_numpy(float)
+    fig, ax = figure("one", 1.0 + 0.3 * len(grid.index))
+    limit = max(1e-9, float(np.nanmax(np.abs(values))))
+    image = ax.imshow(values, cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto")
+    for (i, j), cell in np.ndenumerate(values):
+        if np.isnan(cell):
+            continue
+        extra = control.to_numpy(float)[i, j] if control is not None else np.nan
+        text = f"{cell:+.2g}" + (f"\n(r {extra:+.2g})" if np.isfinite(extra) else "")
+        ax.text(j, i, text, ha="center", va="center", fontsize=4, color=text_colour(image, cell))
+    language_ticks(ax, list(grid.columns), "x")
+    language_ticks(ax, list(grid.index), "y")
+    ax.set_xlabel("evaluated language")
+    ax.set_ylabel("edited language")
+    ax.set_title(title, fontsize=7)
+    fig.colorbar(image, ax=ax, shrink=0.8, label=label)
+    return fig
+
+
+def write_corpus_figures(table: pd.DataFrame, out: str | Path) -> dict[str, list[Path]]:
+    """The corpus readout's matrix (`ppl_change` or `ce_change`) into `out`; {} for an empty table."""
+    if table is None or table.empty:
+        return {}
+    name = CORPUS_MATRICES.get(str(table["edit_source"].iloc[0]), CORPUS_MATRICES["neurons"])[2]
+    return {name: save(plot_corpus_matrix(table), Path(out) / name)}
+
+
 # ------------------------------------------------------------------------------------------- the report
 
 def find_runs(results: str | Path) -> list[Path]:

@@ -2,7 +2,7 @@
 
     translation_summary(rows)   # config × exp × variant × layer × measure: mean over pairs, 95% bootstrap interval
     translation_switches(summ)  # the layers where patching moved the output language, and the concept
-    pairs_summary(rows)         # control × source × language × layer: mean recovery, 95% bootstrap interval
+    pairs_summary(rows)         # control × source × language × layer: mean and median recovery, 95% intervals, gain
     recovery_onsets(summ, peaks)# per language: first and last layer with recovery ≥ 0.5, beside the probe's peak
     plot_translation(summ)      # probabilities by patched layer, baselines dashed   (figure patch_translation)
     plot_recovery(summ)         # recovery by layer with the controls                 (figure patch_recovery)
@@ -92,40 +92,81 @@ def translation_switches(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _median_rows(values: np.ndarray, rng, n_boot: int) -> dict:
+    """The median and its 95% percentile bootstrap interval (units resampled)."""
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return {"median": np.nan, "median_low": np.nan, "median_high": np.nan}
+    if not n_boot:
+        return {"median": float(np.median(values)), "median_low": np.nan, "median_high": np.nan}
+    medians = np.median(values[rng.integers(0, len(values), size=(n_boot, len(values)))], axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return {"median": float(np.median(values)), "median_low": float(low), "median_high": float(high)}
+
+
 def pairs_summary(rows: pd.DataFrame, min_gap: float = 0.5, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """One row per control × source × language × layer (and `all` languages): the mean recovery over pairs
-    whose good and bad scores differ by at least `min_gap` (the ratio's denominator), its 95% bootstrap
-    interval over those pairs, `n`."""
-    require(rows, ["pair_id", "language", "source", "layer", "control", "s_good", "s_bad", "recovery"], "pairs rows")
+    """One row per control × source × language × layer (and `all` languages), over the pairs the model
+    decides correctly by at least `min_gap` nats (s_good − s_bad ≥ min_gap: a pair it gets wrong has no
+    recovery to measure, and its ratio's sign flips): the mean recovery and its 95% bootstrap interval,
+    the median recovery and its interval (a ratio of margins is heavy-tailed), the gain in nats the patch
+    adds to the unacceptable item (s_patched − s_bad: mean and median), `n` pairs and `n_left_out` (those
+    under the gap). A control no pair could run (no other concept) has no rows (`empty_controls`)."""
+    require(rows, ["pair_id", "language", "source", "layer", "control", "s_good", "s_bad", "s_patched", "recovery"],
+            "pairs rows")
     rng = np.random.default_rng(seed)
-    kept = rows[(rows["s_good"] - rows["s_bad"]).abs() >= min_gap]
+    gap = rows["s_good"] - rows["s_bad"]
+    kept = rows[gap >= min_gap].assign(gain=lambda r: r["s_patched"] - r["s_bad"])
+    left_out = rows[gap < min_gap]
     out = []
     for language_rows, language in [(kept[kept["language"] == lang], lang) for lang in sorted(kept["language"].unique())] \
             + [(kept, "all")]:
         for (control, layer), group in language_rows.groupby(["control", "layer"], sort=False):
+            recovery = group["recovery"].to_numpy(float)
+            if np.isnan(recovery).all():
+                continue
             source = group["source"].iloc[0] if language != "all" or control != "target" else "target"
+            dropped = left_out[(left_out["control"] == control) & (left_out["layer"] == layer)
+                               & ((left_out["language"] == language) if language != "all" else True)]
+            gain = group["gain"].to_numpy(float)
             out.append({"control": control, "source": source, "language": language, "layer": int(layer),
-                        **_mean_rows(group["recovery"].to_numpy(float), rng, n_boot)})
-    columns = ["control", "source", "language", "layer", "mean", "ci_low", "ci_high", "n"]
+                        **_mean_rows(recovery, rng, n_boot), **_median_rows(recovery, rng, n_boot),
+                        "gain_mean": float(np.nanmean(gain)), "gain_median": float(np.nanmedian(gain)),
+                        "n_left_out": len(dropped)})
+    columns = ["control", "source", "language", "layer", "mean", "ci_low", "ci_high", "n", "median", "median_low",
+               "median_high", "gain_mean", "gain_median", "n_left_out"]
     return pd.DataFrame(out, columns=columns).sort_values(["control", "language", "layer"], kind="stable",
                                                            ignore_index=True)
 
 
+def empty_controls(rows: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+    """One line per control that ran but has no recovery to show (every pair's control state missing, or no
+    pair passed --min-gap): said once, and left out of the figure's legend."""
+    lines = []
+    for control in ("target", "other"):
+        ran = rows is not None and (rows["control"] == control).any()
+        if ran and not (summary["control"] == control).any():
+            lines.append(f"control {control!r} ({CONTROL_LABELS[control]}) is empty: "
+                         + ("no pair had another concept to draw (too few items)" if control == "other"
+                            else "no pair passed --min-gap"))
+    return lines
+
+
 def recovery_onsets(summary: pd.DataFrame, peaks: pd.DataFrame | None = None,
                     threshold: float = THRESHOLD) -> pd.DataFrame:
-    """Per language (the patch itself, control `source`): the first and last layer whose mean recovery is at
-    least `threshold`, the layer of the highest recovery and its value, and (with `peaks`, a table of
-    language and peak_layer) the probe's peak layer."""
+    """Per language (the patch itself, control `source`): the first and last layer whose median recovery is
+    at least `threshold`, the layer of the highest median recovery and its value, and (with `peaks`, a table
+    of language and peak_layer) the probe's peak layer. The median, not the mean: a ratio of margins is
+    heavy-tailed (one pair whose good and bad scores barely differ moves a mean anywhere)."""
     rows = []
     patch = summary[(summary["control"] == "source") & (summary["language"] != "all")]
     for language, group in patch.groupby("language", sort=True):
         group = group.sort_values("layer")
-        above = group.loc[group["mean"] >= threshold, "layer"].astype(int).tolist()
-        best = group.loc[group["mean"].idxmax()] if group["mean"].notna().any() else None
+        above = group.loc[group["median"] >= threshold, "layer"].astype(int).tolist()
+        best = group.loc[group["median"].idxmax()] if group["median"].notna().any() else None
         rows.append({"language": language, "first_layer": above[0] if above else np.nan,
                      "last_layer": above[-1] if above else np.nan,
                      "best_layer": int(best["layer"]) if best is not None else np.nan,
-                     "best_recovery": float(best["mean"]) if best is not None else np.nan})
+                     "best_recovery": float(best["median"]) if best is not None else np.nan})
     out = pd.DataFrame(rows, columns=["language", "first_layer", "last_layer", "best_layer", "best_recovery"])
     if peaks is not None and len(out):
         out = out.merge(peaks[["language", "peak_layer"]].rename(columns={"peak_layer": "probe_peak_layer"}),
@@ -191,10 +232,10 @@ def plot_translation(summary: pd.DataFrame):
 
 
 def plot_recovery(summary: pd.DataFrame, language_order: list[str] | None = None):
-    """One panel per target language (and all together): mean recovery by the first patched layer j
-    (layers j..L written), the patch and its two controls, 95% bootstrap bands over pairs; 0 = the
+    """One panel per target language (and all together): median recovery by the first patched layer j
+    (layers j..L written), the patch and its controls, 95% bootstrap bands of the median over pairs; 0 = the
     unacceptable item's score, 1 = the acceptable one's."""
-    require(summary, ["control", "language", "layer", "mean", "ci_low", "ci_high"], "pairs summary")
+    require(summary, ["control", "language", "layer", "median", "median_low", "median_high"], "pairs summary")
     languages = language_order or sorted(set(summary["language"]) - {"all"})
     languages = [lang for lang in languages if lang in set(summary["language"])] + ["all"]
     fig, axes = _panels(len(languages), columns=4)
@@ -202,11 +243,11 @@ def plot_recovery(summary: pd.DataFrame, language_order: list[str] | None = None
         part = summary[summary["language"] == language]
         for control in ("source", "target", "other"):
             curve = part[part["control"] == control].sort_values("layer")
-            if curve.empty:
-                continue
-            ax.plot(curve["layer"], curve["mean"], color=CONTROL_COLORS[control], label=CONTROL_LABELS[control],
+            if curve.empty or curve["median"].isna().all():
+                continue  # an empty control draws nothing and has no legend entry (empty_controls says why)
+            ax.plot(curve["layer"], curve["median"], color=CONTROL_COLORS[control], label=CONTROL_LABELS[control],
                     linestyle=LINESTYLES[0] if control == "source" else LINESTYLES[1])
-            ax.fill_between(curve["layer"], curve["ci_low"], curve["ci_high"], color=CONTROL_COLORS[control],
+            ax.fill_between(curve["layer"], curve["median_low"], curve["median_high"], color=CONTROL_COLORS[control],
                             alpha=0.2, linewidth=0)
         for level in (0, 1):
             ax.axhline(level, color="#777777", linewidth=0.6, linestyle=":")
@@ -215,13 +256,13 @@ def plot_recovery(summary: pd.DataFrame, language_order: list[str] | None = None
         ax.set_xlabel("first patched layer j (j..L)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("recovery")
-    handles = dict(zip(*reversed(axes[-1].get_legend_handles_labels())))
+    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=3, frameon=False)
     return fig
 
 
 def plot_vs_probe(onsets: pd.DataFrame):
-    """Per language: the last layer j whose mean recovery still reaches 0.5 against the probe's peak layer (a
+    """Per language: the last layer j whose median recovery still reaches 0.5 against the probe's peak layer (a
     compare directory's), the diagonal dotted. The patch writes layers j..L, so recovery falls as j grows and
     the first such layer is 1 whenever any is: the last one says how deep the source state still moves the
     concept."""
@@ -306,7 +347,7 @@ def report(path, out, n_boot: int = 1000, seed: int = 0):
         if summary.empty:
             lines += [f"No pair's good and bad scores differ by --min-gap {pairs_settings.get('min_gap')} or more: "
                       "no recovery to summarise."]
-        lines += [f"Per language: the layers whose mean recovery is at least {THRESHOLD} (patching j..L):", "",
+        lines += [f"Per language: the layers whose median recovery is at least {THRESHOLD} (patching j..L):", "",
                   _md(onsets), ""] + [f"![{name}]({name}.png)" for name in ("patch_recovery", "patch_vs_probe")
                                       if name in result.figures]
     with atomic_path(out / "report.md") as tmp:

@@ -75,6 +75,8 @@ def run_convert(args) -> int:
 
 
 def run_list(args) -> int:
+    import pandas as pd
+
     from babelprobe.benchmarks.base import benchmark
     from babelprobe.items import load_items
     from babelprobe.lmeval import sample_counts
@@ -87,6 +89,16 @@ def run_list(args) -> int:
             documents, languages = sample_counts(name)
             rows.append((name, "bench lm-eval", str(documents), str(len(languages)), bundled.description))
             continue
+        elif bundled.benchmark == "patching":  # concept words: one record per word
+            from babelprobe.patching.translation import load_concepts
+
+            records, command = load_concepts(name), "patch --protocol translation --concepts"
+        elif bundled.benchmark == "corpus":  # running text: its lines are the records
+            from babelprobe.corpus import read_corpus
+
+            corpus = read_corpus(name)
+            records = pd.DataFrame({"language": [c for c, lines in corpus.train.items() for _ in lines]})
+            command = "--corpus (neurons, sae train, intervene)"
         else:
             records, command = benchmark(bundled.benchmark).load(name), f"bench {bundled.benchmark}"
             records = getattr(records, "frame", records)  # what a `prepare` step takes holds the frame read

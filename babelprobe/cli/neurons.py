@@ -2,6 +2,7 @@
 
     babelprobe neurons --model default --items xcomps-sample --out neu/
     babelprobe neurons --model default --corpus wiki/ --languages en,zh,ja --top-rate 0.01,0.05 --out neu/
+    babelprobe neurons --model default --protocol paper --corpus udhr --out neu/      # Tang et al.'s counting
     babelprobe intervene --method neurons --neurons neu/ --off en,zh --readouts direct,meta --out neu/deact/
     babelprobe report --results neu/
 
@@ -36,7 +37,8 @@ def register(sub) -> None:
     add_items_options(parser)
     parser.set_defaults(items=None)  # xcomps-sample unless --corpus
     group = parser.add_argument_group("inputs and output")
-    group.add_argument("--corpus", metavar="DIR", help="count DIR/<lang>.txt instead of items (one text a line)")
+    group.add_argument("--corpus", metavar="SOURCE", help="count a text corpus's training part instead of items: udhr "
+                       "(bundled), a folder of <lang>.txt, a .parquet/.jsonl with text and language, hf:ORG/NAME")
     group.add_argument("--out", required=True, metavar="DIR", help="output directory")
     group.add_argument("--min-tokens", type=int, default=1000, metavar="N",
                        help="fewest tokens a language may have (default 1000)")

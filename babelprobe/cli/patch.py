@@ -103,7 +103,9 @@ def run(args) -> int:
     result = patch_pairs(_pairs_items(args, settings.sources), args.out, settings, runtime, compare=args.compare,
                          languages=args.languages)
     print(f"check: the patch runs' unpatched copies match direct's scores of the bad items within {result.check:.1e}")
-    print("per target language, the layers j whose mean recovery (patching j..L) is at least 0.5:")
+    for note in result.notes:
+        print(f"note: {note}")
+    print("per target language, the layers j whose median recovery (patching j..L) is at least 0.5:")
     print(result.onsets.to_string(index=False))
     print(f"wrote pairs.csv ({len(result.rows)} rows), summary.csv, onsets.csv and {len(result.figures)} figure(s) "
           f"to {args.out}")

@@ -1,7 +1,7 @@
 """`babelprobe sae`: an SAE-feature view per language, and the two ways to get an SAE.
 
     babelprobe sae fetch --release gemma-scope-2-270m-pt-res --sae-id layer_12_width_16k_l0_medium --out saes/l13
-    babelprobe sae train --acts acts/ --layers 6 --width 2048 --out saes/l6
+    babelprobe sae train --model default --corpus udhr --layers 6 --width 4096 --tokens 2000000 --out saes/l6
     babelprobe sae --model default --items xcomps-sample --sae saes/l6 --acts acts/ --out sae/
     babelprobe report --results sae/
 
@@ -13,8 +13,9 @@ L0 per language, over every token and over the last-token states), sparse_probe.
 features that best separate the classes in each training fold, against the dense probe on the same
 folds), ablate.csv (the direct margins of the same pairs with each language's most specific features
 removed, and random feature sets as controls; joins compare's items.csv on pair_id) and sae.json.
-`sae fetch` needs the network once (huggingface_hub); `sae train` fits a small L1 ReLU SAE on a store's
-last-token states of one layer and saves it in the SAELens layout.
+`sae fetch` needs the network once (huggingface_hub); `sae train` trains an SAE on a corpus's token
+stream as SAELens does (TopK, JumpReLU or L1 ReLU), reports its held-out fit and saves it in the SAELens
+layout.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from babelprobe.cli.common import (
     add_model_options,
     add_runtime_options,
     add_settings_options,
+    comma_list,
 )
 
 
@@ -60,14 +62,21 @@ def register(sub) -> None:
     fetch.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
     fetch.set_defaults(func=run_fetch)
 
-    train = commands.add_parser("train", help="train a small L1 ReLU SAE on a store's last-token states",
-                                description="Train an L1-penalised ReLU SAE on the last-token states of one layer of "
-                                "an activation store; write it in the SAELens layout (cfg.json, "
-                                "sae_weights.safetensors) with training.json (settings, FVU and L0 per language).")
-    train.add_argument("--acts", required=True, metavar="DIR", help="activation store")
+    train = commands.add_parser("train", help="train an SAE on a corpus's token stream (SAELens' way)",
+                                description="Train a TopK, JumpReLU or L1 ReLU SAE on the states of every token of "
+                                "a text corpus at one layer, as SAELens trains one (shuffled buffer, dead-feature "
+                                "auxiliary loss, decoder norms folded), evaluate it on the corpus's held-out part "
+                                "(FVU, L0, dead features per language and pooled) and write it in the SAELens "
+                                "layout (cfg.json, sae_weights.safetensors) with training.json. An interrupted run "
+                                "resumes from its checkpoint when run again.")
+    add_model_options(train)
+    train.add_argument("--corpus", required=True, metavar="SOURCE", help="text corpus: udhr (bundled), a folder of "
+                       "<lang>.txt, a .parquet/.jsonl/.csv with text and language columns, or hf:ORG/NAME[:CONFIG]")
+    train.add_argument("--languages", type=comma_list, metavar="LIST", help="the corpus languages to train on "
+                       "(default: all)")
     train.add_argument("--out", required=True, metavar="DIR", help="the SAE folder to write")
     add_settings_options(train, TrainSettings, "training settings (recorded in training.json)")
-    add_runtime_options(train, ("overwrite", "progress"))
+    add_runtime_options(train, ("batch_tokens", "overwrite", "progress"), batch_tokens=8192)
     train.set_defaults(func=run_train)
 
 
@@ -133,16 +142,31 @@ def run_fetch(args) -> int:
 
 
 def run_train(args) -> int:
-    from babelprobe.cli.common import settings_from
+    from babelprobe.cli.common import load_options, settings_from
+    from babelprobe.errors import BabelprobeError
     from babelprobe.sae.train import TrainSettings, train_sae
 
+    if args.batch_tokens < 1:
+        raise BabelprobeError(f"--batch-tokens must be positive, got {args.batch_tokens}")
     settings = settings_from(args, TrainSettings)
-    result = train_sae(args.acts, args.out, settings, overwrite=args.overwrite, progress=args.progress)
-    fit = result.fit.set_index("language")
-    print(f"trained a {result.sae.d_sae}-feature ReLU SAE on layer {result.sae.layer} of {args.acts} "
-          f"({int(fit.loc['all', 'n_states'])} last-token states): FVU {fit.loc['all', 'fvu']:.3f}, "
-          f"L0 {fit.loc['all', 'l0']:.1f}")
-    print("  per language: " + ", ".join(f"{lang} FVU {row.fvu:.2f} L0 {row.l0:.1f}" for lang, row in fit.iterrows()
-                                         if lang != "all"))
-    print(f"wrote {args.out} (cfg.json, sae_weights.safetensors, training.json); use --sae {args.out}")
+    result = train_sae(args.model, args.corpus, args.out, settings, languages=args.languages,
+                       load_options=load_options(args), batch_tokens=args.batch_tokens, overwrite=args.overwrite,
+                       progress=args.progress)
+    print(train_summary(result))
     return 0
+
+
+def train_summary(result) -> str:
+    """What `sae train` prints: the held-out fit per language and pooled, dead features, time."""
+    record, fit = result.record, result.fit.set_index("language")
+    lines = [f"trained a {result.sae.d_sae}-feature {result.sae.architecture} SAE on layer {result.sae.layer} of "
+             f"{record['model']}: {record['tokens_trained']:,} token states of {record['corpus']} in "
+             f"{record['seconds']:.0f} s",
+             f"  held-out ({record['heldout_tokens']:,} tokens): FVU {fit.loc['all', 'fvu']:.3f}, L0 "
+             f"{fit.loc['all', 'l0']:.1f}; dead features {record['dead']['heldout']:.1%} (none fire on held-out "
+             f"text), {record['dead']['train_window']:.1%} (silent in training's last window)",
+             "  per language: " + ", ".join(f"{lang} FVU {row.fvu:.2f} L0 {row.l0:.1f}"
+                                             for lang, row in fit.iterrows() if lang != "all")]
+    if result.out is not None:
+        lines.append(f"wrote {result.out} (cfg.json, sae_weights.safetensors, training.json); use --sae {result.out}")
+    return "\n".join(lines)

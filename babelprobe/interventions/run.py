@@ -51,6 +51,7 @@ from babelprobe.tables import check_out_dir, read_table, write_table
 
 MANIFEST = LAYOUTS["intervene"].manifest
 OUTPUTS = {"rows": "interventions.csv", "summary": "summary.csv", "sanity": "sanity.csv"}
+CORPUS_OUTPUT = "corpus.csv"  # the ppl readout (corpus_readout.py)
 
 
 @dataclass
@@ -61,12 +62,14 @@ class InterventionResult:
     figures: dict = field(default_factory=dict)  # name -> [pdf, png]
     checks: dict = field(default_factory=dict)  # e.g. baseline direct margins against compare's direct.csv
     settings: Settings | None = None
+    corpus: pd.DataFrame | None = None  # corpus.csv: the ppl readout per edit × language
 
 
 @runner(Settings, old=("model", "items", "probes", "out"))
-def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings: Settings | None = None,
-              runtime: Runtime | None = None, *, probes=None, neurons: str | Path | None = None,
-              sae: str | Path | None = None, n_boot: int = 1000) -> InterventionResult:
+def intervene(items: pd.DataFrame | str | None, out: str | Path | None = None, settings: Settings | None = None,
+              runtime: Runtime | None = None, *, probes=None, inputs: dict | None = None,
+              neurons: str | Path | None = None, sae: str | Path | None = None, corpus=None,
+              n_boot: int = 1000) -> InterventionResult:
     """Run the interventions (module docstring) and write their tables and figures to `out`.
 
     `probes`: a compare directory, a probe result or an activation store (or a `ProbeSource`); needed by
@@ -74,7 +77,10 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
     (--method neurons). `settings` or the same values as keyword arguments (`methods="ablate"`,
     `layers="peak"`, `off="en,zh"`, ...: `settings.Settings`). `reduction`, `rule`, `prompts` (direct and
     meta scoring): None takes the compare directory's settings when `probes` is one, else sum, sum and
-    xcomps. `sae`: a `babelprobe sae` directory (`--method sae`, `interventions.sae_features`).
+    xcomps. `sae`: a `babelprobe sae` directory (`--method sae`, `sae.edits`). `inputs`: the edit sources'
+    own inputs by name ({"neurons": DIR}; `source.SOURCES`; `neurons=` and `sae=` are the same). `corpus`:
+    the text of the ppl readout (`corpus_readout`; a `babelprobe.corpus` source, its held-out part read);
+    with `readouts="ppl"` alone no items are read (`items` may be None).
     `runtime`: the model (loaded after every input is checked, the inputs' model against its files first)
     and the running options (`runtime.Runtime`, or `model=`, `load_options=`, `batch_tokens=`, `figures=`,
     `overwrite=`, `progress=` as keywords). `n_boot`, `batch_tokens`, `figures`, `progress` change no row."""
@@ -83,7 +89,9 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
     if n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {n_boot}")
     out = check_out_dir(out)
-    items = load_items(items)
+    pairs_read = set(settings.readouts) != {"ppl"}
+    items = load_items(items if items is not None else "xcomps-sample") if pairs_read or items is not None else None
+    text = _check_corpus(settings, corpus)
     found = probes if isinstance(probes, (ProbeSource, FreshProbes)) or probes is None else find_probes(probes, items)
     settings = _resolved(settings, found)
     if "probe" in settings.readouts and found is None:
@@ -91,10 +99,8 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
                               "an activation store)")
     if found is not None and "probe" in settings.readouts:
         found.check(items, settings.layers)
-    # the edit sources' own inputs, by flag name (--neurons: a `babelprobe neurons` directory, --sae: a
-    # `babelprobe sae` directory)
-    inputs = {"neurons": neurons, "sae": sae}
-    source = source_class(settings.methods)(settings, items, found, inputs)
+    inputs = _inputs(inputs, neurons=neurons, sae=sae)  # the edit sources' own, by name (source.SOURCES)
+    source = source_class(settings.methods)(settings, items if items is not None else _no_items(), found, inputs)
     if "meta" in settings.readouts:
         from babelprobe.benchmarks.meta import meta_requests
 
@@ -103,18 +109,20 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
     _check_model(runtime.info, found, source)  # the inputs' model against the model's files: before its weights load
     lm = runtime.lm
     _check_model(lm, found, source)  # and what only the loaded model tells (its MLPs)
-    identity = {"fingerprint": lm.fingerprint, "items_hash": items_hash(items), "edit_source": source.name,
-                **source.identity(), **settings.record()}
+    identity = {"fingerprint": lm.fingerprint, "items_hash": items_hash(items) if items is not None else None,
+                "edit_source": source.name, **source.identity(), **settings.record()}
+    if text is not None:
+        identity["corpus"] = text.describe()
     if found is not None:
         identity.setdefault("probes", found.digest)
     record = {"model": lm.name, "probes_path": str(found.origin) if found is not None else None,
               **{f"{name}_path": str(path) for name, path in inputs.items() if path is not None}}
     run = open_run(out, identity, record=record, manifest=MANIFEST, overwrite=runtime.overwrite,
-                   outputs=(*OUTPUTS.values(), "figures", "probes"),
+                   outputs=(*OUTPUTS.values(), CORPUS_OUTPUT, "figures", "probes"),
                    what="an intervention run of another model, item set, probes, inputs or settings")
     ready = found.ready(out, settings.seed, runtime.progress) if found is not None else None
     source.ready(ready)
-    units = source.units(items)
+    units = source.units(items) if pairs_read else None
     pool = ready.pool if ready is not None else "last"
 
     def one_unit(chunk: pd.DataFrame) -> pd.DataFrame:
@@ -128,16 +136,33 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
                                chunk_pairs=1, progress=runtime.progress, desc="intervene", unit=source.unit,
                                model=lm)
 
-    rows = run.stage("intervene", identity, produce, out / OUTPUTS["rows"], read_table)
     from babelprobe.analysis import interventions as analysis
 
-    result = InterventionResult(rows=rows, summary=analysis.summarize(rows, n_boot=n_boot, seed=settings.seed),
-                                sanity=analysis.sanity(rows), checks=_checks(rows, ready), settings=settings)
-    write_table(result.summary, out / OUTPUTS["summary"])
-    write_table(result.sanity, out / OUTPUTS["sanity"])
+    if pairs_read:
+        rows = run.stage("intervene", identity, produce, out / OUTPUTS["rows"], read_table)
+        result = InterventionResult(rows=rows, summary=analysis.summarize(rows, n_boot=n_boot, seed=settings.seed),
+                                    sanity=analysis.sanity(rows), checks=_checks(rows, ready), settings=settings)
+        write_table(result.summary, out / OUTPUTS["summary"])
+        write_table(result.sanity, out / OUTPUTS["sanity"])
+    else:
+        result = InterventionResult(rows=pd.DataFrame(), summary=pd.DataFrame(), sanity=pd.DataFrame(),
+                                    settings=settings)
+    if text is not None:
+        from babelprobe.interventions.corpus_readout import corpus_table, readout_rows
+
+        def read_corpus_text() -> pd.DataFrame:
+            table = corpus_table(lm, source, readout_rows(lm, text, settings), runtime.batch_tokens, runtime.progress)
+            write_table(table, out / CORPUS_OUTPUT)
+            return table
+
+        result.corpus = run.stage("corpus", {**identity, "stage": "corpus"}, read_corpus_text, out / CORPUS_OUTPUT,
+                                  read_table)
     if runtime.figures:
-        result.figures = analysis.write_figures(result.summary, out / "figures",
-                                                f1_table=ready.table if ready is not None else None)
+        if pairs_read:
+            result.figures = analysis.write_figures(result.summary, out / "figures",
+                                                    f1_table=ready.table if ready is not None else None)
+        if result.corpus is not None:
+            result.figures.update(analysis.write_corpus_figures(result.corpus, out / "figures"))
     return result
 
 
@@ -146,6 +171,41 @@ def _check_model(model, found, source) -> None:
     if found is not None:
         found.check_model(model)
     source.check_model(model)
+
+
+def _check_corpus(settings: Settings, corpus):
+    """The corpus of the ppl readout, read and checked before any model loads (None without ppl)."""
+    if "ppl" not in settings.readouts:
+        if corpus is not None:
+            raise BabelprobeError("--corpus is the text of the ppl readout: add --readouts ppl (or leave --corpus out)")
+        return None
+    if corpus is None:
+        raise BabelprobeError("--readouts ppl reads each language's perplexity on a text corpus: give --corpus "
+                              "(e.g. udhr, or a folder of <lang>.txt)")
+    from babelprobe.corpus import read_corpus
+
+    text = read_corpus(corpus)
+    empty = [code for code in text.languages if not text.heldout.get(code)]
+    if empty:
+        raise BabelprobeError(f"--corpus {text.source}: no held-out text in {empty[0]} to read the perplexity on")
+    return text
+
+
+def _inputs(given: dict | None, **named) -> dict:
+    """The sources' own inputs by name: `given` and the named keywords; a name no source reads is an error."""
+    from babelprobe.interventions.source import inputs as known
+
+    merged = {**{name: None for name in known()}, **{k: v for k, v in named.items() if v is not None},
+              **(given or {})}
+    unknown = [name for name in merged if name not in known()]
+    if unknown:
+        raise BabelprobeError(f"no edit source reads an input called {unknown[0]!r} (inputs: {', '.join(known())})")
+    return merged
+
+
+def _no_items() -> pd.DataFrame:
+    """An empty item table: a run that reads only the corpus has no pairs."""
+    return pd.DataFrame(columns=["item_id", "pair_id", "language", "subset", "label", "text"])
 
 
 def _resolved(settings: Settings, found) -> Settings:

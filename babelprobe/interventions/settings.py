@@ -11,12 +11,14 @@ import numpy as np
 from babelprobe.benchmarks.scoring import REDUCTIONS, RULES
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, is_peak
-from babelprobe.settings import as_tuple, at_least, each_of, one_of, option, settings_record
+from babelprobe.settings import as_tuple, at_least, each_of, flag, one_of, option, settings_record
 
-READOUTS = ("direct", "meta", "probe")
+READOUTS = ("direct", "meta", "probe", "ppl")
 METHODS = ("steer", "ablate", "leace", "neurons", "sae")  # interventions.source.SOURCES says which source serves each
 POSITIONS = ("all", "last")
 ABLATE_TO = ("zero", "mean")
+ABLATE_MODES = ("subtract", "projection")  # sae: babelprobe's f_s·W_dec[s], Deng et al.'s projection
+CORPUS_ROWS = ("packed", "lines")
 DEFAULT_ALPHAS = {"steer": (-4.0, -2.0, 0.0, 2.0, 4.0), "ablate": (1.0,), "leace": (1.0,), "neurons": (1.0,), "sae": (1.0,)}
 
 
@@ -29,8 +31,9 @@ class Settings:
                                       "--sae); a comma list of one kind", flag="--method", metavar="LIST")
     layers: str = option("peak", "'peak' (each probe group's peak layer) or layers like 6 or 0-4,12: where probe "
                          "directions are edited, and where the probe readout reads", metavar="LAYERS")
-    readouts: tuple[str, ...] = option((), "direct, meta, probe (default: direct and meta, and probe with --probes)",
-                                       metavar="LIST")
+    readouts: tuple[str, ...] = option((), "direct, meta, probe (default: direct and meta, and probe with --probes); "
+                                       "ppl: each language's perplexity on --corpus's held-out text (--method neurons, "
+                                       "sae)", metavar="LIST")
     alphas: tuple[float, ...] = option((), "strengths, written --alpha=-4,-2,0,2,4 ('=' when the list starts with a "
                                        "minus): steer in standard deviations along the direction (default "
                                        "-4,-2,0,2,4); ablate and leace the fraction of the edit (default 1)",
@@ -47,6 +50,13 @@ class Settings:
                                   "every language of the --neurons run)", metavar="LIST")
     top_rate: float | None = option(None, "neurons: the share of all neurons LAPE selects (default: the --neurons "
                                     "run's first --top-rate)", metavar="RATE")
+    ablate_mode: str = option("subtract", "sae: remove f_s(x)·W_dec[s] at every token but BOS (subtract) or the "
+                              "projection of x onto each W_dec[s] at every token (projection: Deng et al.)",
+                              choices=ABLATE_MODES)
+    corpus_rows: str = option("packed", "ppl: the held-out text cut into rows of --window tokens (packed: Tang et al.'s "
+                              "ppl.py) or each line its own row (lines: Deng et al.)", choices=CORPUS_ROWS)
+    window: int = option(1024, "ppl, --corpus-rows packed: text tokens per row (BOS added)", metavar="N")
+    tokens: int | None = option(None, "ppl: at most N held-out tokens per language (ppl.py: 2^20)", metavar="N")
     seed: int = option(0, "seed of the random controls, the label shuffle and the bootstrap")
     reduction: str | None = option(None, "direct and meta score reduction (default: the compare run's, else sum)",
                                    choices=REDUCTIONS)
@@ -76,9 +86,16 @@ class Settings:
         if not np.isfinite(alphas).all():
             raise BabelprobeError(f"--alpha needs finite numbers, got {','.join(map(str, alphas))}")
         object.__setattr__(self, "alphas", tuple(dict.fromkeys(alphas)))
+        one_of(self, "ablate_mode", ABLATE_MODES)
+        one_of(self, "corpus_rows", CORPUS_ROWS)
+        at_least(self, "window", 1)
+        if self.tokens is not None:
+            at_least(self, "tokens", 1)
+        _own_fields(self)
         neurons = "neurons" in self.methods
-        if not neurons and (self.off or self.top_rate is not None):
-            raise BabelprobeError(f"{'--off' if self.off else '--top-rate'} goes with --method neurons")
+        if "ppl" in self.readouts and not set(self.methods) <= {"neurons", "sae"}:
+            raise BabelprobeError("--readouts ppl reads each language's perplexity with one language's edit at a time: "
+                                  "it goes with --method neurons or sae")
         if neurons and self.alphas and self.alphas != (1.0,):
             raise BabelprobeError("--alpha: --method neurons switches neurons off (their activation set to 0); it has "
                                   "no strength to choose")
@@ -99,3 +116,19 @@ class Settings:
     def record(self) -> dict:
         """The settings as JSON, with each method's strengths resolved (the run's identity)."""
         return {**settings_record(self), "alphas": {m: list(self.alphas_for(m)) for m in self.methods}}
+
+
+def _own_fields(settings: Settings) -> None:
+    """A source's own settings (interventions.source.SOURCES `fields`) given with another method: an error
+    naming the flag and the method it goes with."""
+    from dataclasses import fields
+
+    from babelprobe.interventions.source import SOURCES
+
+    defaults = {f.name: f.default for f in fields(settings)}
+    for method, entry in SOURCES.items():
+        if method in settings.methods or any(SOURCES[m] == entry for m in settings.methods):
+            continue
+        for name in entry.fields:
+            if getattr(settings, name) != defaults[name]:
+                raise BabelprobeError(f"{flag(settings, name)} goes with --method {method}")

@@ -24,24 +24,48 @@ An edit source is a class with
                                                  each edit `unit.read(edit_context, layers)` and
                                                  `unit.frame(...)` with the edit's columns inserted
 
-`SOURCES` maps each method to its source ("module:Class", imported when used), so a new source is one
-line here and a class beside the others (SAE features next).
+    corpus_edits(lm) -> [(labels, edit)]         optional: every edit as a context manager, with the
+                                                 labels of its corpus readout rows (`--readouts ppl`);
+                                                 a source without it cannot be read on a corpus
+
+`SOURCES` maps each method to its entry: where the class is ("module:Class", imported when used), the
+name of its own input (`--neurons`, `--sae`: the runner's keyword and the CLI flag, built from here) with
+its help, and the settings fields only it reads (given with another method, they are an error). A new
+source is one module and one line here.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from babelprobe.errors import BabelprobeError
 
-SOURCES: dict[str, str] = {
-    "steer": "babelprobe.interventions.probe_edits:ProbeDirections",
-    "ablate": "babelprobe.interventions.probe_edits:ProbeDirections",
-    "leace": "babelprobe.interventions.probe_edits:ProbeDirections",
-    "sae": "babelprobe.interventions.sae_features:SAEFeatures",
-    "neurons": "babelprobe.neurons.edits:NeuronDeactivation",
+
+@dataclass(frozen=True)
+class Source:
+    """One registry line (module docstring)."""
+
+    path: str                    # "module:Class"
+    input: str | None = None     # its input's name: the keyword of `intervene` and the flag --NAME
+    help: str = ""               # the flag's help
+    fields: tuple[str, ...] = ()  # settings fields only this source reads
+
+
+_PROBES = Source("babelprobe.interventions.probe_edits:ProbeDirections", fields=("ablate_to", "shuffled"))
+SOURCES: dict[str, Source] = {
+    "steer": _PROBES, "ablate": _PROBES, "leace": _PROBES,
+    "neurons": Source("babelprobe.neurons.edits:NeuronDeactivation", "neurons",
+                      "a `babelprobe neurons` directory (--method neurons)", ("off", "top_rate")),
+    "sae": Source("babelprobe.sae.edits:SAEFeatures", "sae", "a `babelprobe sae` directory: --method sae removes each "
+                  "language's most specific SAE features there", ("ablate_mode",)),
 }
 METHODS = tuple(SOURCES)
+
+
+def inputs() -> dict[str, str]:
+    """{input name: help} of every source that has one (the runner's keywords, the CLI's flags)."""
+    return {entry.input: entry.help for entry in SOURCES.values() if entry.input}
 
 
 class EditSource:
@@ -78,12 +102,16 @@ class EditSource:
     def unit_rows(self, unit):
         raise NotImplementedError
 
+    def corpus_edits(self, lm):
+        raise BabelprobeError(f"--readouts ppl: --method {','.join(self.settings.methods)} has no corpus readout; it "
+                              "goes with --method neurons or sae")
+
 
 def source_class(methods) -> type[EditSource]:
     """The one edit source serving every method in `methods`; a one-line error when they need two."""
-    paths = {SOURCES[m] for m in methods}
+    paths = {SOURCES[m].path for m in methods}
     if len(paths) > 1:
         raise BabelprobeError(f"--method {','.join(methods)}: these methods edit different things (probe directions, "
-                              "neurons); run them into separate --out directories")
+                              "neurons, SAE features); run them into separate --out directories")
     module, _, name = paths.pop().partition(":")
     return getattr(importlib.import_module(module), name)

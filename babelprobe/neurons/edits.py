@@ -11,7 +11,8 @@ Units: the probe groups when the probe readout is asked for (it reads each group
 its peak by default), else the languages. Columns of its rows, after the keys: `layer` (the probe
 readout's layer; empty without one), `layer_rule`, `method` (neurons), `ablate_to` (empty), `positions`
 (all), `direction` (neurons: the selected ones; random: a control draw), `draw`, `alpha` (1: switched
-off), `off` (the language switched off), `top_rate`, `n_neurons` (how many were switched off), `n_items`.
+off), `off` (the language switched off), `top_rate`, `n_neurons` (how many were switched off), `n_items`. The corpus readout
+(`--readouts ppl`) runs the same edits, one language's neurons (or a control) at a time (`corpus_edits`).
 """
 
 from __future__ import annotations
@@ -138,3 +139,15 @@ class NeuronDeactivation(EditSource):
                     frames.append(insert_columns(frame, labels, after=len(dict.fromkeys(
                         ["pair_id", "language", "subset", *by]))))
         return pd.concat(frames, ignore_index=True)
+
+    def corpus_edits(self, lm) -> list[tuple[dict, object]]:
+        """(labels, edit context) per language switched off and per control draw, for the corpus readout
+        (the released `ppl.py`: one language's mask at a time)."""
+        out = []
+        for code in self.off:
+            edits = [("neurons", 0, self.sets[code])] + [("random", d, s) for d, s in enumerate(self.random_sets(code))]
+            for direction, draw, neurons in edits:
+                labels = {"off": code, "direction": direction, "draw": draw, "method": "neurons",
+                          "top_rate": self.top_rate, "n_neurons": int(sum(len(v) for v in neurons.values()))}
+                out.append((labels, Deactivation(lm, neurons)))
+        return out

@@ -5,9 +5,11 @@
     result = language_neurons("default", "xcomps-sample", "neu/")   # the command: files, figures
 
 What is counted: every real token except BOS of the items' texts, per language (each text its own row,
-as `extract` runs it), or of a corpus, `DIR/<lang>.txt` (each language's lines tokenised, joined and cut
-into rows of `--window` tokens with BOS first, as the released `activation.py` cuts its token stream
-into rows of the model's context).
+as `extract` runs it), or of a corpus's training part (`babelprobe.corpus`: udhr, a folder of
+<lang>.txt, a table, hf:; each language's lines tokenised, joined and cut into rows of `--window` tokens
+with BOS first, as the released `activation.py` cuts its token stream into rows of the model's context;
+`--protocol paper`: rows of the model's context, `--window 0`; the shorter last row is kept, where
+activation.py drops it, so that a corpus shorter than the context is counted; `--tokens` caps it).
 
 The run (OUT/): inputs checked before the model loads (settings, items or corpus, two languages or
 more); then the model (its MLP neurons must be readable: `Parts.activation`, babelprobe/data/families.csv)
@@ -19,7 +21,6 @@ again reuses the counts; other LAPE settings only redo the selection.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,15 +60,16 @@ def texts_by_language(texts) -> dict[str, list[str]]:
     return {str(code): list(values) for code, values in dict(texts).items()}
 
 
-def encodings_of(lm: LoadedModel, texts: list[str], window: int | None = None) -> list[Encoding]:
-    """The rows to run: each text (BOS first), or with `window` the texts' tokens joined and cut into rows
-    of `window` tokens, each with BOS first."""
+def encodings_of(lm: LoadedModel, texts: list[str], window: int | None = None,
+                 tokens: int | None = None) -> list[Encoding]:
+    """The rows to run: each text (BOS first), or with `window` the texts' token stream (at most `tokens`)
+    cut into rows of `window` tokens, each with BOS first, the shorter last row kept (`corpus.pack_rows`)."""
+    from babelprobe.corpus import pack_rows
+
     if window is None:
         return lm.encode(texts)
-    ids = [i for row in lm.tokenizer(list(texts), add_special_tokens=False)["input_ids"] for i in row]
-    bos = [lm.bos_token_id] if lm.bos_token_id is not None else []
-    rows = [bos + ids[start:start + window] for start in range(0, len(ids), window)]
-    return [Encoding(row, [(0, 0)] * len(row)) for row in rows if len(row) > len(bos)]
+    rows = pack_rows(lm, list(texts), window, tokens=tokens, keep_last=True)
+    return [Encoding(row, [(0, 0)] * len(row)) for row in rows]
 
 
 def counted_tokens(lm: LoadedModel, encodings: list[Encoding]) -> int:
@@ -101,35 +103,6 @@ def neuron_stats(lm: LoadedModel, texts, *, window: int | None = None, batch_tok
 
 # ---------------------------------------------------------------------------------------------- input
 
-def read_corpus(directory: str | Path, languages: list[str] | None = None) -> dict[str, list[str]]:
-    """{language: non-empty lines} of DIR/<lang>.txt (every such file, or those of `languages`)."""
-    from babelprobe.languages import iso_codes
-    from babelprobe.tables import read_text
-
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise BabelprobeError(f"--corpus {directory}: no such directory")
-    files = {p.stem: p for p in sorted(directory.glob("*.txt"))}
-    unknown = [code for code in files if code not in iso_codes()]
-    if unknown:
-        raise BabelprobeError(f"--corpus {directory / (unknown[0] + '.txt')}: name each file after its language's "
-                              "ISO 639-1 code (en.txt, zh.txt)")
-    if languages:
-        missing = [code for code in languages if code not in files]
-        if missing:
-            raise BabelprobeError(f"--corpus {directory}: no {missing[0]}.txt (it has {', '.join(files) or 'none'})")
-        files = {code: files[code] for code in languages}
-    return {code: [line.strip() for line in read_text(path).splitlines() if line.strip()]
-            for code, path in files.items()}
-
-
-def _corpus_digest(texts: dict[str, list[str]]) -> str:
-    digest = hashlib.sha256()
-    for code in sorted(texts):
-        digest.update(code.encode() + b"\0" + "\n".join(texts[code]).encode() + b"\0")
-    return digest.hexdigest()[:16]
-
-
 # ------------------------------------------------------------------------------------------------ run
 
 @runner(Settings, old=("model", "items", "out"), batch_tokens=8192)
@@ -137,7 +110,7 @@ def language_neurons(items=None, out: str | Path | None = None, settings: Settin
                      runtime: Runtime | None = None, *, corpus=None, languages: list[str] | None = None,
                      min_tokens: int = 1000) -> NeuronsResult:
     """Count, select and write (module docstring). `items` (default xcomps-sample) or `corpus` (a
-    directory of <lang>.txt; `languages` keeps some). `settings` or the same values as keyword
+    `babelprobe.corpus` source: udhr, a folder of <lang>.txt, ...; `languages` keeps some). `settings` or the same values as keyword
     arguments (`top_rate=(0.01, 0.05)`, ...). `min_tokens`: each language needs at least this many
     counted tokens. `runtime`: the model and the running options (`runtime.Runtime`), or their keywords
     (`model=`, `load_options=`, `batch_tokens=`, `progress=`, `overwrite=`, `figures=`)."""
@@ -151,9 +124,17 @@ def language_neurons(items=None, out: str | Path | None = None, settings: Settin
     check_kind(out, "neurons", "neurons")
     if corpus is not None and items is not None:
         raise BabelprobeError("give --items or --corpus, not both")
+    if corpus is None and settings.protocol == "paper":
+        raise BabelprobeError("--protocol paper counts a text corpus in rows of the model's context, as Tang et al.'s "
+                              "activation.py: give --corpus (e.g. udhr)")
+    if corpus is None and settings.tokens is not None:
+        raise BabelprobeError("--tokens caps a corpus's tokens: it goes with --corpus")
     if corpus is not None:
-        texts = read_corpus(corpus, languages)
-        source = {"corpus": str(corpus), "texts": _corpus_digest(texts), "window": settings.window}
+        from babelprobe.corpus import read_corpus
+
+        text = read_corpus(corpus, languages)
+        texts = text.train  # counted on the training part; the ppl readout reads the held-out part
+        source = {"corpus": text.source, "texts": text.digest(), "window": settings.window, "tokens": settings.tokens}
     else:
         items = load_items(items if items is not None else "xcomps-sample", languages=languages)
         texts = texts_by_language(items)
@@ -165,8 +146,8 @@ def language_neurons(items=None, out: str | Path | None = None, settings: Settin
         read_manifest(out / MANIFEST)  # a damaged manifest is refused before the model loads
     lm = runtime.lm
     activation_modules(lm)  # MLP neurons babelprobe cannot read are refused before any work
-    window = settings.window if corpus is not None else None
-    encodings = {code: encodings_of(lm, values, window) for code, values in texts.items()}
+    window = (settings.window or lm.max_length - 1) if corpus is not None else None
+    encodings = {code: encodings_of(lm, values, window, settings.tokens) for code, values in texts.items()}
     short = {code: n for code in sorted(encodings) if (n := counted_tokens(lm, encodings[code])) < min_tokens}
     if short:  # every short language named at once, so that one fix is enough
         (code, n), *others = short.items()

@@ -5,14 +5,21 @@ imports no model code."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.settings import as_tuple, at_least, option
+
+# Tang et al.'s released activation.py: the corpus's token stream cut into rows of the model's context
+# (window 0 = the model's context here); `--protocol paper` also needs --corpus
+PROTOCOLS = {"paper": {"window": 0}}
 
 
 @dataclass(frozen=True)
 class Settings:
     """LAPE's rates (Tang et al. 2024, released identify.py) and how a corpus is cut into rows."""
+
+    PROTOCOLS: ClassVar[dict] = PROTOCOLS
 
     top_rate: tuple[float, ...] = option((0.01,), "share of all L·I neurons selected, lowest LAPE first (identify.py "
                                          "top_rate); a list selects at each rate, lape.csv's `selected` is the first",
@@ -23,7 +30,12 @@ class Settings:
                               "exceeds this quantile of all probabilities (identify.py activation_bar_ratio)",
                               metavar="RATE")
     window: int = option(512, "--corpus: each language's text is tokenised, joined and cut into rows of this many "
-                         "tokens (BOS added to each)", metavar="N")
+                         "tokens (BOS added to each); 0: the model's context (--protocol paper, activation.py)",
+                         metavar="N")
+    tokens: int | None = option(None, "--corpus: at most N tokens of each language (activation.py: 99,999,744)",
+                                metavar="N")
+    protocol: str = option("default", "paper: Tang et al.'s counting (--corpus in rows of the model's context); "
+                           "default: rows of --window")
 
     def __post_init__(self):
         try:
@@ -38,4 +50,7 @@ class Settings:
             if not 0 < value <= 1:
                 raise BabelprobeError(f"--{name.replace('_', '-')} must lie in (0, 1], got {value}")
             object.__setattr__(self, name, value)
-        at_least(self, "window", 2)
+        if self.window != 0:
+            at_least(self, "window", 2)
+        if self.tokens is not None:
+            at_least(self, "tokens", 1)

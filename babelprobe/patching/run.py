@@ -17,8 +17,10 @@ its own tables, said on stderr, and leaves the other protocol's):
     translation_switches.csv   the layers where the output language and where the concept moved
     pairs.csv                  pair_id, parallel_id, language, source, subset, layer, control, s_good, s_bad,
                                s_patched, recovery (+ s_unpatched, other_parallel_id); joins compare/items.csv
-    summary.csv                control, source, language, layer, mean, ci_low, ci_high, n (recovery)
-    onsets.csv                 per language: the layers with recovery ≥ 0.5, and the probe's peak (--compare)
+    summary.csv                control, source, language, layer, mean, ci_low, ci_high, n, median, median_low,
+                               median_high (recovery over the pairs decided correctly by ≥ --min-gap), gain_mean,
+                               gain_median (s_patched − s_bad, nats), n_left_out
+    onsets.csv                 per language: the layers with median recovery ≥ 0.5, and the probe's peak (--compare)
     figures/                   patch_translation, patch_recovery, patch_vs_probe (PDF + PNG)
 
 Everything that can be checked without the model (settings, inputs, languages, concept counts) is checked
@@ -71,6 +73,7 @@ class PairsResult:
     onsets: pd.DataFrame   # onsets.csv
     check: float           # max |unpatched copy − direct's score| of the bad items (should be ~1e-6)
     figures: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)  # one line per empty control (analysis.patching.empty_controls)
 
 
 def patch_layers(spec: str, n_layers: int) -> list[int]:
@@ -144,6 +147,8 @@ def patch_translation(concepts="xcomps-sample", out: str | Path | None = None,
     from babelprobe.analysis import patching as analysis
     from babelprobe.patching import translation
 
+    if settings.preset == "paper" and isinstance(concepts, str) and concepts == "xcomps-sample":
+        concepts = "dumas-concepts"  # the paper's languages (it, nl, fi, hi, et are not in xcomps-sample)
     out = _check_out(out)
     where = str(concepts) if isinstance(concepts, (str, Path)) else "the concepts"
     words = translation.check_concepts(translation.load_concepts(concepts), settings, where)
@@ -236,7 +241,8 @@ def patch_pairs(items="xcomps-sample", out: str | Path | None = None, settings: 
     summary = analysis.pairs_summary(rows, settings.min_gap, settings.n_boot, settings.seed)
     peaks = analysis.probe_peaks(compare, settings.n_boot, settings.seed) if compare is not None else None
     result = PairsResult(rows=rows, summary=summary, onsets=analysis.recovery_onsets(summary, peaks),
-                         check=float((rows["s_unpatched"] - rows["s_bad"]).abs().max()) if len(rows) else float("nan"))
+                         check=float((rows["s_unpatched"] - rows["s_bad"]).abs().max()) if len(rows) else float("nan"),
+                         notes=analysis.empty_controls(rows, summary))
     write_table(result.summary, out / "summary.csv")
     write_table(result.onsets, out / "onsets.csv")
     if runtime.figures:

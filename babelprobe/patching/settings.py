@@ -16,13 +16,20 @@ import dataclasses
 from dataclasses import dataclass
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.settings import Nested, as_tuple, at_least, block, each_of, flag, option
+from babelprobe.settings import Nested, as_tuple, at_least, block, each_of, flag, one_of, option
 
 EXPERIMENTS = ("exp1", "exp2")
 # The released notebooks' settings: exp1 `shifted_translation_plot("de", "it", "fr", "zh", extra_langs=["en"])`,
 # exp2 `object_patching_plot(paper_pairs, "fr", "zh")`.
 PAPER_LANGUAGES = {"source": "de-it", "target": "fr-zh", "latent": "en",
                    "source_pairs": ("de-it", "nl-fi", "zh-es", "es-ru", "ru-ko")}
+# `--preset paper`: every configuration of the paper's figures (released notebooks): exp1
+# shifted_translation_plot("de", "it", "fr", "zh", extra_langs=["en"]); exp2 object_patching_plot's
+# (paper_pairs, "fr", "zh") and ([(l, "hi") for l in paper_ins], "fr", "et")
+PAPER_CONFIGS = (("exp1", ("de-it",), "fr-zh"),
+                 ("exp2", ("de-it", "nl-fi", "zh-es", "es-ru", "ru-ko"), "fr-zh"),
+                 ("exp2", ("de-hi", "nl-hi", "zh-hi", "es-hi", "ru-hi"), "fr-et"))
+PRESETS = ("none", "paper")
 
 
 @dataclass(frozen=True)
@@ -59,11 +66,15 @@ class TranslationSettings(Nested):
                          help="exp1: the source prompt's input and output languages (the paper: de-it)")
     target: str = option("fr-zh", metavar="IN-OUT", help="the target prompt's input and output languages")
     latent: str | None = option("en", metavar="CODE",
-                                help="exp1: the language of the latent concept, both concepts' words summed "
-                                "(the paper: en; 'none': leave it out)")
+                                help="the language of the latent concept, both concepts' words summed, measured and "
+                                "(exp2: its set in the pair filter) kept disjoint (the paper: en; 'none': leave it "
+                                "out)")
     source_pairs: tuple[str, ...] = option(("de-es", "de-tr", "zh-es", "es-ru", "ru-ko"), metavar="LIST",
                                            help="exp2: the source prompts' language pairs (the paper: de-it,nl-fi,"
                                            "zh-es,es-ru,ru-ko)")
+    preset: str = option("none", choices=PRESETS, help="paper: run every language configuration of Dumas et al.'s "
+                         "figures (exp1 de-it into fr-zh, latent en; exp2 five source pairs into fr-zh and five into "
+                         "fr-et) on the bundled dumas-concepts; --source, --target, --source-pairs then come from it")
     n_pairs: int = option(200, metavar="N", help="source/target concept pairs per experiment")
     shots: int = option(5, metavar="K", help="translation examples before the query")
     shared: Shared = block(Shared, SHARED, help="the settings both protocols have")
@@ -74,12 +85,17 @@ class TranslationSettings(Nested):
         latent = None if self.latent is None or str(self.latent).lower() == "none" else str(self.latent)
         object.__setattr__(self, "latent", latent)
         each_of(self, "exps", EXPERIMENTS)
+        one_of(self, "preset", PRESETS)
+        if self.preset == "paper":
+            _check_preset(self)
         at_least(self, "n_pairs", 1)
         at_least(self, "shots", 1)
         source, target = language_pair(self, "source"), language_pair(self, "target")
         pairs = [language_pair(self, "source_pairs", text) for text in self.source_pairs]
         if "exp2" in self.exps and not pairs:
             raise BabelprobeError("--source-pairs: exp2 needs at least one source language pair, e.g. de-es")
+        if "exp2" in self.exps and self.latent == target[1]:
+            raise BabelprobeError(f"--latent {self.latent} is the output language of --target; choose another or 'none'")
         if "exp1" in self.exps:
             if source[1] == target[1]:
                 raise BabelprobeError(f"--source {self.source} and --target {self.target} have the same output "
@@ -92,10 +108,14 @@ class TranslationSettings(Nested):
     def languages(self) -> list[str]:
         """Every language the chosen experiments need words (and prompt names) in: exp1 its source, target
         and latent languages, exp2 its target and source pairs' (an experiment not run needs none)."""
+        if self.preset == "paper":
+            codes = [c for exp, sources, target in PAPER_CONFIGS if exp in self.exps
+                     for pair in (*sources, target) for c in pair.split("-")]
+            return list(dict.fromkeys(codes + ([self.latent] if self.latent else [])))
         exp1, exp2 = "exp1" in self.exps, "exp2" in self.exps
         codes = [*(self.source.split("-") if exp1 else []), *self.target.split("-"),
                  *(c for p in self.source_pairs for c in p.split("-") if exp2)]
-        return list(dict.fromkeys(codes + ([self.latent] if self.latent and exp1 else [])))
+        return list(dict.fromkeys(codes + ([self.latent] if self.latent else [])))
 
 
 @dataclass(frozen=True)
@@ -108,8 +128,8 @@ class PairsSettings(Nested):
     controls: bool = option(True, help="also run the controls: the target language as source (upper bound) and "
                             "another pair's concept (lower bound)")
     min_gap: float = option(0.5, metavar="NATS",
-                            help="summary: leave out pairs whose good and bad scores differ by less (the recovery's "
-                            "denominator)")
+                            help="summary: keep only the pairs the model decides correctly by at least this margin "
+                            "(s_good − s_bad ≥ NATS; the recovery's denominator)")
     shared: Shared = block(Shared, SHARED, help="the settings both protocols have")
 
     def __post_init__(self):
@@ -119,6 +139,18 @@ class PairsSettings(Nested):
             raise BabelprobeError("--sources needs at least one language code, e.g. en")
         if self.min_gap < 0:
             raise BabelprobeError(f"--min-gap must be 0 or more, got {self.min_gap}")
+
+
+def _check_preset(settings: TranslationSettings) -> None:
+    """`--preset paper` sets the language configurations: a --source, --target or --source-pairs other than
+    the default is an error naming it."""
+    from dataclasses import fields
+
+    defaults = {f.name: f.default for f in fields(settings)}
+    for name in ("source", "target", "source_pairs"):
+        if getattr(settings, name) != defaults[name]:
+            raise BabelprobeError(f"{flag(settings, name)} does not go with --preset paper, which runs the paper's "
+                                  "configurations (exp1 de-it into fr-zh; exp2 into fr-zh and fr-et)")
 
 
 def _layer_spec(value) -> str:

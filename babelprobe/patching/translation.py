@@ -23,7 +23,9 @@ with and without a leading space (the token of a bare space left out), each toke
 - exp2 (`object_patching_plot`): the source concept's state at its last token (the source prompts cut
   after it: `get_obj_id`) in each source language pair, averaged over the pairs ("mean") or the first
   pair's alone ("first"), written at the target concept's last token into every block output j..L
-  (`object_lens`, num_patches=-1). Read: P(C^T in out_T) and P(C^S in out_T), kept when disjoint.
+  (`object_lens`, num_patches=-1). Read: P(C^T in out_T), P(C^S in out_T) and, with a latent language
+  (`extra_langs=["en"]`: the set "src + tgt en", both concepts' English words), P(C^S or C^T in it), the
+  pair kept when these sets are disjoint; `--latent none` is `extra_langs=[]`.
 - Pairs: the (source concept, target concept) product in a seeded random order, same concept skipped, the
   first `n_pairs` without collisions (fewer is an error, where the released code skips the setting).
 - Baselines, unpatched: the source prompt's own P(C^S in out_S) (exp2: mean over the source prompts, each
@@ -47,7 +49,7 @@ import torch
 from babelprobe.errors import BabelprobeError
 from babelprobe.models import LoadedModel
 from babelprobe.patching.core import UNPATCHED, Target, patched_copies, read_states, token_set_probs
-from babelprobe.patching.settings import TranslationSettings, prompt_names
+from babelprobe.patching.settings import PAPER_CONFIGS, TranslationSettings, prompt_names
 
 MEASURES = ("p_src_concept_tgt_lang", "p_tgt_concept_tgt_lang", "p_src_concept_src_lang", "p_tgt_concept_src_lang",
             "p_latent")
@@ -60,13 +62,15 @@ COLUMNS = ("config", "exp", "variant", "pair_idx", "src_concept", "tgt_concept",
 def load_concepts(source="xcomps-sample") -> pd.DataFrame:
     """The concept words: `concept_id, language, word` rows (a concept may list several words in a language:
     the first is the one the prompts use, all count in its token set). `source`: "xcomps-sample" (its
-    concepts.csv), a table file (CSV, TSV, Parquet, JSONL) or a DataFrame."""
+    concepts.csv), "dumas-concepts" (the 12 languages of the paper's configurations), a table file (CSV,
+    TSV, Parquet, JSONL) or a DataFrame."""
     from babelprobe.bundled import BUNDLED
 
     if isinstance(source, pd.DataFrame):
         frame, where = source, "the concepts"
-    elif str(source) in BUNDLED and BUNDLED[str(source)].benchmark == "xcomps":
-        where = BUNDLED[str(source)].location / "concepts.csv"
+    elif str(source) in BUNDLED and BUNDLED[str(source)].benchmark in ("xcomps", "patching"):
+        where = BUNDLED[str(source)].location
+        where = where / "concepts.csv" if where.is_dir() else where
         frame = pd.read_csv(where, dtype=str, keep_default_na=False)
     else:
         from pathlib import Path
@@ -219,12 +223,16 @@ class Config:
 
 
 def configs(settings: TranslationSettings) -> list[Config]:
+    """The experiments' configurations: the settings' own, or `--preset paper`'s (`PAPER_CONFIGS`)."""
+    if settings.preset == "paper":
+        return [Config(exp, tuple(tuple(p.split("-")) for p in sources), tuple(target.split("-")), settings.latent)
+                for exp, sources, target in PAPER_CONFIGS if exp in settings.exps]
     target = tuple(settings.target.split("-"))
     out = []
     if "exp1" in settings.exps:
         out.append(Config("exp1", (tuple(settings.source.split("-")),), target, settings.latent))
     if "exp2" in settings.exps:
-        out.append(Config("exp2", tuple(tuple(p.split("-")) for p in settings.source_pairs), target))
+        out.append(Config("exp2", tuple(tuple(p.split("-")) for p in settings.source_pairs), target, settings.latent))
     return out
 
 
@@ -275,7 +283,11 @@ def plan_pairs(lm: LoadedModel, prompts: Prompts, config: Config, n_pairs: int, 
             own = [token_set(src, out_s)]
         else:
             sets = [token_set(src, out_t), token_set(tgt, out_t), [], [], []]
-            if not no_collisions(sets[:2]):
+            checked = sets[:2]
+            if config.latent:  # object_patching_plot(extra_langs=[latent]): "src + tgt LANG" joins the check
+                sets[4] = list(dict.fromkeys(token_set(tgt, config.latent) + token_set(src, config.latent)))
+                checked = [*checked, sets[4]]
+            if not no_collisions(checked):
                 continue
             if position(tgt, config.target) is None or any(position(src, p) is None for p in config.sources):
                 unusable += 1
@@ -343,8 +355,8 @@ def run_plan(lm: LoadedModel, plan: Plan, layers: list[int], batch_tokens: int =
                           .assign(base_src=[float(np.mean(b)) for b in base_src], base_tgt=probs[:, 0, 1]))
     out = pd.concat(frames, ignore_index=True).assign(config=config.name, exp=config.exp)
     if config.exp == "exp2":
-        out[["p_src_concept_src_lang", "p_tgt_concept_src_lang", "p_latent"]] = np.nan
-    elif not config.latent:
+        out[["p_src_concept_src_lang", "p_tgt_concept_src_lang"]] = np.nan
+    if not config.latent:
         out["p_latent"] = np.nan
     return out[list(COLUMNS)].sort_values(["variant", "pair_idx", "layer"], kind="stable").reset_index(drop=True)
 

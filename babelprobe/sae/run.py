@@ -17,9 +17,11 @@ settings; `runs.open_run`, manifest `sae.json`):
    (`sparse.encode_states`): the fit on them (fit.csv rows `states=last`) and the sparse probes against
    the dense probe on the same rows and folds (`sparse.sparse_probes`).
 3. ablate: each language's `ablate` most specific features (highest ν) removed from the residual
-   stream at the SAE's layer, x' = x − Σ_{s∈S} f_s(x) W_dec[s], at every token but BOS, and `n_random`
+   stream at the SAE's layer, x' = x − Σ_{s∈S} f_s(x) W_dec[s], at every token but BOS (`--ablate-mode
+   projection`, `--protocol paper`: Deng et al.'s x' = x − Σ_s ⟨x, W_dec[s]⟩ W_dec[s]/‖W_dec[s]‖², every
+   token; `sae.edits`), and `n_random`
    random sets of as many features that fire on the language's tokens, as controls; the direct margins
-   of the same pairs before and after (ablate.csv; `interventions.sae_features`).
+   of the same pairs before and after (ablate.csv; `sae.edits`).
 """
 
 from __future__ import annotations
@@ -236,15 +238,15 @@ ABLATE_COLUMNS = ["pair_id", "language", "subset", "feature_set", "method", "mar
 
 def ablation_rows(lm, items, out: Path, settings: Settings, n_boot: int, batch_tokens, progress) -> pd.DataFrame:
     """ablate.csv (module docstring, stage 3): the interventions runner with the SAE-feature edit source
-    (`interventions.sae_features`; its own run directory OUT/ablate/: interventions.csv, summary.csv,
+    (`sae.edits`; its own run directory OUT/ablate/: interventions.csv, summary.csv,
     figures), its rows in ablate.csv's columns."""
     from babelprobe.interventions import intervene
 
     if settings.ablate == 0:
         return pd.DataFrame(columns=ABLATE_COLUMNS)
     result = intervene(items, out / "ablate", methods="sae", readouts="direct", n_random=settings.n_random,
-                       seed=settings.seed, sae=out, n_boot=n_boot, model=lm, batch_tokens=batch_tokens,
-                       progress=progress)
+                       seed=settings.seed, sae=out, ablate_mode=settings.ablate_mode, n_boot=n_boot, model=lm,
+                       batch_tokens=batch_tokens, progress=progress)
     rows = result.rows
     return pd.DataFrame({
         "pair_id": rows["pair_id"], "language": rows["language"], "subset": rows["subset"],

@@ -139,7 +139,9 @@ def _generate_and_extract(rows: pd.DataFrame, prompts: list[str], extract: str, 
 class ReleaseAnswerer:
     """A simulation model of the search that answers as the released run.py does (utils/answers.py
     `simulate`: no chain of thought, then an extraction); `answer(questions, choices, languages)` gives
-    the chosen indices (−1: nothing usable extracted, counted wrong)."""
+    the chosen indices, None where nothing usable was extracted (no final answer, or one that is not a
+    choice): the release returns None there and leaves that model out of β's denominator
+    (`search.simulate`)."""
 
     def __init__(self, generator, extractor=None, release: pd.DataFrame | None = None, max_new_tokens: int = 1024,
                  cache: str | Path | None = None):
@@ -156,7 +158,7 @@ class ReleaseAnswerer:
         extract = release_template(self.release, "extract", "*")
         done = _generate_and_extract(rows, prompts, extract, self.generator, self.extractor, self.max_new_tokens,
                                      self.cache, progress=False)
-        return [int(i) for i in done["predicted"]]
+        return [int(i) if int(i) >= 0 else None for i in done["predicted"]]
 
 
 def parse_choice(output: str, choices: list[str]) -> tuple[int, str]:

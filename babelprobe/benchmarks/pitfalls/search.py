@@ -141,13 +141,18 @@ def as_simulation_models(models) -> list:
 
 def simulate(models: list, questions: list[str], choices: list[list[str]], answers: list[int],
              languages: list[str]) -> np.ndarray:
-    """Mean accuracy over the simulation models of each question (β, Eq. 7)."""
+    """Mean accuracy over the simulation models of each question (β, Eq. 7). A model's answer of None (a
+    failed extraction, `answers.ReleaseAnswerer`) leaves it out of that question's denominator, and a
+    question no model answered has β = 0, as the released `utils/answers.py` `simulate` counts
+    (`correct_number / len(responses)`, 0 without responses)."""
     if not questions:
         return np.zeros(0)
-    right = np.zeros(len(questions))
+    right, answered = np.zeros(len(questions)), np.zeros(len(questions))
     for model in models:
-        right += np.asarray(model.answer(questions, choices, languages)) == np.asarray(answers)
-    return right / len(models)
+        given = model.answer(questions, choices, languages)
+        answered += [a is not None for a in given]
+        right += [a is not None and a == gold for a, gold in zip(given, answers, strict=True)]
+    return np.divide(right, answered, out=np.zeros(len(questions)), where=answered > 0)
 
 
 # ----------------------------------------------------------------------------------------- generation

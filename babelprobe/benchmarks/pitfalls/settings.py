@@ -41,9 +41,10 @@ class Settings:
     prompts: str | None = option(None,
         metavar="FILE", help="likelihood: prompt table TSV instead of the paper's instructions (data/prompts/pitfalls.tsv)")
     generator: str = option("local", metavar="SPEC", help=f"generate, cot: who answers: {SPEC_HELP}")
-    extractor: str = option("generator", metavar="SPEC",
-        help="generate, cot: who extracts the chosen option from the answer ('generator': the answering model; the "
-        "release: gpt-4o-mini, e.g. openai:gpt-4o-mini@https://api.openai.com/v1)")
+    extractor: str | None = option(None, metavar="SPEC",
+        help="generate, cot: who extracts the chosen option from the answer ('self': the answering model, the default "
+        "outside --protocol paper; the release: gpt-4o-mini, e.g. openai:gpt-4o-mini@https://api.openai.com/v1; "
+        "--protocol paper needs it named)")
     max_new_tokens: int = option(1024, budget=True, help="generate, cot: longest answer or extraction (App. B.1: 1,024)")
     chat_template: str = option("off", choices=CHAT_TEMPLATE, values=CHAT_TEMPLATE_VALUES, const="on",
         aliases=("--no-chat-template=off",),
@@ -61,7 +62,7 @@ class Settings:
         one_of(self, "chat_template", CHAT_TEMPLATE)
         at_least(self, "max_new_tokens", 1)
         check_spec(self.generator, "--generator")
-        check_spec(self.extractor, "--extractor", also=("generator",))
+        resolve_extractor(self)
 
 
 # The paper's figures (3, 5, 11-25) come from the released eva.py: every model answers the language's simulation
@@ -81,9 +82,9 @@ class SearchSettings:
     answer: str = option("likelihood", choices=("likelihood", "generate"),
         help="how the simulation models answer: likelihood of each choice, or generate (the released simulate: the "
         "language's instruction, no chain of thought, the extractor picks the choice)")
-    extractor: str = option("generator", metavar="SPEC",
-        help="generate: who extracts the chosen option ('generator': each simulation model itself; the release: "
-        "gpt-4o-mini)")
+    extractor: str | None = option(None, metavar="SPEC",
+        help="generate, cot: who extracts the chosen option ('self': the answering model, the default outside "
+        "--protocol paper; the release: gpt-4o-mini; --protocol paper needs it named)")
     chat_template: str = option("off", choices=CHAT_TEMPLATE,
         help="local generators (perturber, translator, simulation models, judge): prompts as the user turn of the "
         "model's chat template: off, auto (when the model has one), on")
@@ -121,7 +122,7 @@ class SearchSettings:
         one_of(self, "answer", ("likelihood", "generate"))
         one_of(self, "chat_template", CHAT_TEMPLATE)
         one_of(self, "translation", ("release", "paper"))
-        check_spec(self.extractor, "--extractor", also=("generator",))
+        resolve_extractor(self)
         if min(self.width, self.redundancy, self.batch_size) < 1 or not 1 <= self.depth <= self.max_depth:
             raise BabelprobeError(f"invalid search settings {self}: need width, redundancy, batch_size ≥ 1 and "
                                   "1 ≤ depth ≤ max_depth")
@@ -145,8 +146,9 @@ class AffinitySettings:
     answer: str = option("likelihood", choices=tuple(METHODS),
         help="how the expanded pairs are answered: likelihood, generate (the released evaluation) or cot (App. E)")
     generator: str = option("local", metavar="SPEC", help=f"generate, cot: who answers: {SPEC_HELP}")
-    extractor: str = option("generator", metavar="SPEC",
-        help="generate, cot: who extracts the chosen option ('generator': the answering model; the release: gpt-4o-mini)")
+    extractor: str | None = option(None, metavar="SPEC",
+        help="generate, cot: who extracts the chosen option ('self': the answering model, the default outside "
+        "--protocol paper; the release: gpt-4o-mini; --protocol paper needs it named)")
     translator: str = option("local", metavar="SPEC",
         help="who translates the pairs into the other languages (the paper: GPT-4o for the question with its choices, "
         "Google Translate for the added context)")
@@ -159,6 +161,7 @@ class AffinitySettings:
     max_new_tokens: int = option(256, budget=True,
         help="longest translation, answer or extraction (App. B.1: 1,024; babelprobe's default 256 keeps CPU runs short)")
     c: float = option(C_AFFINITY_DEFAULT, flag="--ras-c", help="c of the Relative Affinity Score (App. B.1: −1)")
+    seed: int = option(0, help="seed of the random sample of --limit pairs per seed language (App. B.2: 100 at random)")
 
     def __post_init__(self):
         one_of(self, "answer", tuple(METHODS))
@@ -168,8 +171,23 @@ class AffinitySettings:
         at_least(self, "max_new_tokens", 1)
         check_spec(self.generator, "--generator")
         check_spec(self.translator, "--translator")
-        check_spec(self.extractor, "--extractor", also=("generator",))
+        resolve_extractor(self)
 
 
 AFFINITY_PROTOCOLS = {"paper": {"answer": "generate", "chat_template": "auto", "max_new_tokens": 1024,
                                 "translation": "release"}}
+
+
+def resolve_extractor(settings) -> None:
+    """`--extractor`: the answering model unless named ('self' and the old 'generator' say so); under
+    `--protocol paper`, which extracts with an LLM as the release does (gpt-4o-mini), it must be named:
+    a one-line error otherwise, before any model loads (as ECLeKTiC's preset does for its judge)."""
+    value = settings.extractor
+    if value is None and getattr(settings, "protocol", "default") == "paper" and settings.answer != "likelihood":
+        raise BabelprobeError("--protocol paper extracts each answer's choice with an LLM, as the release does with "
+                              "gpt-4o-mini: give --extractor SPEC (e.g. openai:gpt-4o-mini@https://api.openai.com/v1), "
+                              "or --extractor self to let the answering model extract")
+    if value in (None, "self"):
+        object.__setattr__(settings, "extractor", "generator")
+    else:
+        check_spec(value, "--extractor", also=("generator",))

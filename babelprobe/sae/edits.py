@@ -1,10 +1,16 @@
 """The SAE-feature edit source of `babelprobe intervene` (`--method sae --sae DIR`, DIR a `babelprobe sae`
 directory): remove a language's most specific sparse-autoencoder features from the residual stream and
-read the same minimal pairs as with any edit.
+read the same minimal pairs (and, with `--readouts ppl`, the corpus) as with any edit. Two edits
+(`--ablate-mode`):
 
-    x' = x − α · Σ_{s∈S} f_s(x) W_dec[s]        at the SAE's layer, every token but BOS
+    subtract (babelprobe)     x' = x − α · Σ_{s∈S} f_s(x) W_dec[s]                 every token but BOS
+    projection (Deng et al.)  x' = x − α · Σ_{s∈S} ⟨x, W_dec[s]⟩ W_dec[s] / ‖W_dec[s]‖²   every token
 
-with f the SAE's code of x (`babelprobe.sae.weights.SAE`). For a unit of language L, S is L's `ablate`
+with f the SAE's code of x (`babelprobe.sae.weights.SAE`). The projection is Deng et al.'s released
+`SAE/inference.py` (`add_hook_to_change_activation_ablation`): each decoder direction's projection of the
+state removed, one term per feature (not the joint projection onto their span), at every position of
+the block's output, BOS included; it does not depend on the SAE's encoder. It is the `--protocol paper`
+edit of the SAE ablation. For a unit of language L, S is L's `ablate`
 features of highest monolinguality ν (DIR's stats pass, `babelprobe.sae.stats`; `ablate` is DIR's
 setting); each control (`--random N` draws) is a random set of as many features among those that fire
 on L's tokens (freq > 0), other than S, fixed by the seed, L and the draw (`probes.controls.group_rng`).
@@ -12,12 +18,13 @@ An empty S leaves every state as it is. α (`--alpha`, default 1) scales the rem
 
 Units: the languages, or the probe groups when the probe readout is asked for (it reads each group's
 probe on the states re-read at the SAE's layer). Columns of its rows, after the keys: `layer` (the SAE's),
-`layer_rule` (sae), `method` (sae), `ablate_to` (empty), `positions` (all), `direction` (features: the
+`layer_rule` (sae), `method` (sae), `ablate_to` (the --ablate-mode: subtract or projection), `positions` (all), `direction` (features: the
 language's; random: a control draw), `draw`, `alpha`, `off` (empty: each pair loses its own language's
 features, so the summary's `all` cell pools the languages), `n_features`, `features` (the indices,
 space-separated), `n_items`.
 
-`babelprobe sae` runs this source for its ablate.csv (`babelprobe.sae.run`).
+`babelprobe sae` runs this source for its ablate.csv (`babelprobe.sae.run`). For the corpus readout
+(`corpus_edits`) each language's set and the controls are one edit each, on every corpus language.
 """
 
 from __future__ import annotations
@@ -82,6 +89,34 @@ class FeatureAblation(Edit):
         if self.skip_first and h.ndim == 3:
             edited[:, 0] = h[:, 0]
         return edited
+
+
+class ProjectionAblation(Edit):
+    """h − α·Σ_{s∈S} ⟨h, W_dec[s]⟩ W_dec[s] / ‖W_dec[s]‖² (module docstring: Deng et al.'s edit), at every
+    position unless `skip_first`."""
+
+    def __init__(self, sae, features, skip_first: bool = False, alpha: float = 1.0):
+        super().__init__()
+        self.features = np.asarray(sorted({int(s) for s in features}), dtype=np.int64)
+        rows = sae.W_dec.detach().to(torch.float32).index_select(0, torch.as_tensor(self.features))
+        self.tensors = {"rows": rows, "scaled": rows / rows.square().sum(dim=1, keepdim=True)}
+        self.skip_first, self.alpha = skip_first, float(alpha)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if len(self.features) == 0:
+            return h
+        coefficients = h @ self.on("rows", h.device).T  # ⟨h, W_dec[s]⟩, [..., |S|]
+        edited = h - self.alpha * (coefficients @ self.on("scaled", h.device))
+        if self.skip_first and h.ndim == 3:
+            edited[:, 0] = h[:, 0]
+        return edited
+
+
+def sae_edit(mode: str, sae, features, skip_first: bool, alpha: float) -> Edit:
+    """The edit of `--ablate-mode` (module docstring): subtract skips BOS, projection edits every position."""
+    if mode == "projection":
+        return ProjectionAblation(sae, features, skip_first=False, alpha=alpha)
+    return FeatureAblation(sae, features, skip_first, alpha)
 
 
 def read_sae_run(path: str | Path) -> dict:
@@ -183,14 +218,30 @@ class SAEFeatures(EditSource):
         for alpha in settings.alphas_for("sae"):
             for name, features in self.sets[language].items():
                 direction, _, draw = name.partition("-")
-                after = unit.read(Intervention(unit.lm, {layer: FeatureAblation(self.sae, features, skip_first, alpha)}),
-                                  layers)
+                edit = sae_edit(settings.ablate_mode, self.sae, features, skip_first, alpha)
+                after = unit.read(Intervention(unit.lm, {layer: edit}), layers)
                 after_probe = unit.probe_readout(probe, after.states.get(layer)) if probe is not None else {}
                 frame = unit.frame(base, after, before, after_probe, keys=by)
-                labels = {"layer": layer, "layer_rule": "sae", "method": "sae", "ablate_to": "", "positions": "all",
+                labels = {"layer": layer, "layer_rule": "sae", "method": "sae", "ablate_to": settings.ablate_mode,
+                          "positions": "all",
                           "direction": direction, "draw": int(draw or 0), "alpha": alpha, "off": "",
                           "n_features": len(features), "features": " ".join(map(str, features)),
                           "n_items": len(items)}
                 frames.append(insert_columns(frame, labels, after=len(dict.fromkeys(
                     ["pair_id", "language", "subset", *by]))))
         return pd.concat(frames, ignore_index=True)
+
+    def corpus_edits(self, lm) -> list[tuple[dict, object]]:
+        """(labels, edit context) per language's feature set and per control, for the corpus readout."""
+        skip_first = lm.bos_policy == "bos"
+        out = []
+        for alpha in self.settings.alphas_for("sae"):
+            for language, sets in self.sets.items():
+                for name, features in sets.items():
+                    direction, _, draw = name.partition("-")
+                    edit = sae_edit(self.settings.ablate_mode, self.sae, features, skip_first, alpha)
+                    labels = {"off": language, "direction": direction, "draw": int(draw or 0), "layer": self.sae.layer,
+                              "method": "sae", "ablate_to": self.settings.ablate_mode, "alpha": alpha,
+                              "n_features": len(features)}
+                    out.append((labels, Intervention(lm, {self.sae.layer: edit})))
+        return out
