@@ -63,10 +63,17 @@ def world(tmp_path_factory):
         paths[f"acts{name}"] = root / f"cmp{name}" / "acts"
         bp.language_neurons(lm, items, root / f"neu{name}", min_tokens=1, figures=False, progress=False)
         paths[f"neurons{name}"] = root / f"neu{name}"
-    bp.train_sae(paths["acts"], root / "saef", layers=2, width=16, steps=3)
+    corpus = root / "corpus"  # a folder of <lang>.txt: `sae train`'s, `neurons`' and the ppl readout's input
+    corpus.mkdir()
+    for code, text in (("en", "A dog can bark. A cat can climb trees. Birds can fly."),
+                       ("de", "Ein Hund kann bellen. Eine Katze kann klettern. Vögel können fliegen.")):
+        (corpus / f"{code}.txt").write_text("\n".join([text] * 8) + "\n", encoding="utf-8")
+    paths["corpus"] = corpus
+    tiny_sae = dict(layers=2, width=16, k=4, tokens=256, batch_size=64, window=16)
+    bp.train_sae(lms["model"], corpus, root / "saef", **tiny_sae)
     paths["sae"] = root / "saef"
-    bp.sae_features(lms["other_model"], items, bp.train_sae(paths["acts_other"], root / "saef_other", layers=2,
-                                                            width=16, steps=3).sae,
+    bp.sae_features(lms["other_model"], items, bp.train_sae(lms["other_model"], corpus, root / "saef_other",
+                                                            **tiny_sae).sae,
                     root / "sae_run_other", ks="1", folds=2, ablate=1, n_random=1, n_boot=0, progress=False)
     paths["sae_run_other"] = root / "sae_run_other"
     bp.run_benchmark("stingray", lms["model"], "stingray-sample", root / "bench", limit=1, progress=False,
@@ -130,7 +137,8 @@ BASE = {
     ("align",): "align --acts {acts} --out {out}",
     ("sae",): "sae --model {model} --items {items} --sae {sae} --folds 2 --out {out}",
     ("sae", "fetch"): "sae fetch --release gemma-scope-2-270m-pt-res --sae-id layer_12_width_16k_l0_medium --out {out}",
-    ("sae", "train"): "sae train --acts {acts} --layers 2 --width 16 --steps 2 --out {out}",
+    ("sae", "train"): "sae train --model {model} --corpus {corpus} --layers 2 --width 16 --k 4 --tokens 128 "
+                      "--batch-size 64 --window 16 --out {out}",
     ("report",): "report --results {results} --out {out}",
     ("bench", "pitfalls-search"): "bench pitfalls-search --model {model} --items {items} --languages Chinese --out {out}",
     ("bench", "pitfalls-affinity"): "bench pitfalls-affinity --model {model} --items {items} --out {out}",
@@ -145,7 +153,7 @@ for _name in SAMPLES:
 # What each slot holds unless a case says otherwise.
 DEFAULTS = {"model": "model", "items": "items", "acts": "acts", "probes": "cmp", "compare": "cmp", "base": "cmp",
             "other": "cmp_other", "sae": "sae", "neurons": "neurons", "results": "cmp", "runs": "bench", "source": "items",
-            "corpus": "empty_dir", "concepts": "concepts_header", "transfer_table": "items"}
+            "corpus": "corpus", "concepts": "concepts_header", "transfer_table": "items"}
 SLOT_DEFAULTS = {("items", "convert"): {"source": "multiblimp-sample"},
                  **{("bench", name): {"items": sample} for name, sample in SAMPLES.items()}}
 SLOT_WORLD = {("bench", "pitfalls-search"): {"items": "seeds"}}  # slots filled from the world, by command
@@ -156,6 +164,8 @@ WITH_INPUT = {
     ("intervene", "--sae"): "intervene --model {model} --items {items} --method sae --sae {sae} --readouts direct "
                             "--out {out}",
     ("neurons", "--corpus"): "neurons --model {model} --corpus {corpus} --min-tokens 1 --out {out}",
+    ("intervene", "--corpus"): "intervene --model {model} --items {items} --method neurons --neurons {neurons} "
+                               "--off en --readouts ppl --corpus {corpus} --out {out}",
     ("patch", "--concepts"): "patch --model {model} --protocol translation --concepts {concepts} --out {out}",
     ("patch", "--compare"): "patch --model {model} --protocol pairs --items {items} --compare {compare} --out {out}",
     ("lens", "--acts"): "lens --model {model} --acts {acts} --out {out}",
@@ -239,6 +249,12 @@ def generic_cases(command: Command) -> list[Case]:
                 needles=("items.jsonl", "permission denied"))
             add(f"{name} malformed", template=template, slots={slot: "malformed"}, needles=("malformed.jsonl",))
             continue
+        if sort == "corpus":  # a bundled name or hf: is not a path: the corpus loader explains a missing one
+            add(f"{name} missing", template=template, slots={slot: "=nowhere"}, needles=("nowhere",))
+            add(f"{name} unreadable", template=template, slots={slot: "corpus"}, unreadable=slot,
+                needles=(shown, "permission denied"))
+            add(f"{name} an empty directory", template=template, slots={slot: "empty_dir"}, needles=("empty_dir",))
+            continue
         is_dir = sort not in ("file",)
         add(f"{name} missing", template=template, slots={slot: "=nowhere"}, needles=(shown, "nowhere", "no such"))
         readable = {"store": "acts", "new-store": "acts", "compare": "cmp", "neurons": "neurons", "sae-run": "sae_run_other",
@@ -287,8 +303,8 @@ def hand_cases() -> list[Case]:
           extra=("--limit", "0"), needles=("--limit", "0")),
         c(("patch",), "bad 6: an empty --concepts CSV", WITH_INPUT[("patch", "--concepts")],
           slots={"concepts": "concepts_empty"}, needles=("concepts_empty.csv",)),
-        c(("sae", "train"), "bad 7: unreadable --acts", BASE[("sae", "train")], unreadable="acts",
-          needles=("--acts", "permission denied")),
+        c(("sae", "train"), "bad 7: unreadable --corpus", BASE[("sae", "train")], unreadable="corpus",
+          needles=("--corpus", "permission denied")),
         c(("intervene",), "bad 8: unreadable --neurons", WITH_INPUT[("intervene", "--neurons")],
           unreadable="neurons", needles=("--neurons", "permission denied")),
         c(("report",), "bad 9: unreadable --results", BASE[("report",)], unreadable="results",

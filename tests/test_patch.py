@@ -464,12 +464,15 @@ def test_settings_are_checked(tmp_path):
 
 def test_an_experiment_not_run_needs_no_words_or_prompt_names():
     """--exp exp1 needs nothing in --source-pairs' languages (here ko and sw: no words, sw no prompt name),
-    --exp exp2 nothing in --source's or --latent's."""
+    --exp exp2 nothing in --source's; the latent language needs words (both experiments count its set) but no
+    prompt name (it is never written in a prompt)."""
     exp1 = TranslationSettings(exps="exp1", source="de-es", target="fr-en", latent="de", source_pairs="ko-sw", shots=2)
     assert exp1.languages() == ["de", "es", "fr", "en"]
     assert len(translation.check_concepts(concepts_table(), exp1, "concepts.csv")) == len(WORDS)
-    exp2 = TranslationSettings(exps="exp2", source="sw-ko", target="fr-en", latent="sw", source_pairs="de-es", shots=2)
+    exp2 = TranslationSettings(exps="exp2", source="sw-ko", target="fr-en", latent="de", source_pairs="de-es", shots=2)
     assert exp2.languages() == ["fr", "en", "de", "es"]
+    assert TranslationSettings(exps="exp2", latent="sw", target="fr-en", source_pairs="de-es").prompt_languages() == \
+        ["fr", "en", "de", "es"]  # a latent language without a prompt name is no error
     assert len(translation.check_concepts(concepts_table(), exp2, "concepts.csv")) == len(WORDS)
     with pytest.raises(bp.BabelprobeError, match="language 'sw' has no name"):
         TranslationSettings(source="de-es", target="fr-en", latent="de", source_pairs="ko-sw")

@@ -464,7 +464,8 @@ def test_cli_paper_protocol_on_the_bundled_sample(tmp_path, tiny_long_dir, monke
     monkeypatch.setattr(Models, "generator", lambda self, spec: chat)  # stands in for --generator local
     out = tmp_path / "paper"
     code = main(["bench", "pitfalls", "--model", str(tiny_long_dir), "--items", "pitfalls-sample", "--protocol",
-                 "paper", "--generator", "local", "--out", str(out), "--no-progress", "--limit", "2"])
+                 "paper", "--generator", "local", "--extractor", "self", "--out", str(out), "--no-progress",
+                 "--limit", "2"])
     assert code == 0
     rows = pd.read_csv(out / "items.csv")
     assert len(rows) == 3 * 2 * 4 and set(rows["method"]) == {"simulate-extract"} and set(rows["protocol"]) == {"paper"}

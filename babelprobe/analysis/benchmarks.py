@@ -596,9 +596,10 @@ def sample_pairs(questions: pd.DataFrame, limit: int | None, seed: int) -> pd.Da
     pairs"), kept in the file's order; all of them without a limit."""
     if limit is None:
         return questions
-    parts = [part.sample(n=min(limit, len(part)), random_state=np.random.default_rng([seed, k]).integers(2**31))
+    drawn = [part.sample(n=min(limit, len(part)), random_state=np.random.default_rng([seed, k]).integers(2**31)).index
              for k, (_, part) in enumerate(questions.groupby("language", sort=True))]
-    return pd.concat(parts).sort_index() if parts else questions
+    # a mask, not a concatenation: the table's attrs (the load report) stay with it
+    return questions[questions.index.isin(np.concatenate(drawn))] if drawn else questions
 
 
 def run_affinity(models: Models | Runtime | LoadedModel | str, source: str | Path, out: str | Path, settings=None,

@@ -71,9 +71,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("diff",), "babelprobe.comparison:diff", inputs={"base": "compare", "other": "compare"}, model=False),
     Command(("intervene",), "babelprobe.interventions.run:intervene", ("babelprobe.interventions.settings:Settings",),
             kind="intervene", inputs={"--items": "items", "--probes": "probes", "--neurons": "neurons",
-                                      "--sae": "sae-run"}),
+                                      "--sae": "sae-run", "--corpus": "corpus"}),
     Command(("neurons",), "babelprobe.neurons.run:language_neurons", ("babelprobe.neurons.settings:Settings",),
-            kind="neurons", inputs={"--items": "items", "--corpus": "dir"}),
+            kind="neurons", inputs={"--items": "items", "--corpus": "corpus"}),
     Command(("patch",), "babelprobe.patching.run:patch_pairs",
             ("babelprobe.patching.settings:TranslationSettings", "babelprobe.patching.settings:PairsSettings"),
             kind="patch", inputs={"--items": "items", "--concepts": "file", "--compare": "compare"}),
@@ -85,7 +85,7 @@ COMMANDS: tuple[Command, ...] = (
             inputs={"--items": "items", "--sae": "sae-folder", "--acts": "store"}),
     Command(("sae", "fetch"), "babelprobe.sae.fetch:fetch_sae", model=False),
     Command(("sae", "train"), "babelprobe.sae.train:train_sae", ("babelprobe.sae.settings:TrainSettings",),
-            inputs={"--acts": "store"}, model=False),
+            inputs={"--corpus": "corpus"}),
     Command(("report",), "babelprobe.analysis.report:write_report",
             inputs={"--results": "run", "--other": "compare", "--transfer-table": "file"}, model=False),
     *(Command(("bench", name), "babelprobe.analysis.benchmarks:run_benchmark", (settings,), kind="bench",
@@ -114,7 +114,8 @@ SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a co
          "sae-folder": "an SAE folder (Gemma Scope 2 or SAELens layout)",
          "probes": "a compare directory, a probe table or an activation store", "dir": "a directory",
          "file": "a file", "items": "an item source: a bundled set, a file, a directory or hf:ORG/NAME",
-         "new-store": "an activation store to reuse, or a new or empty directory to extract into"}
+         "new-store": "an activation store to reuse, or a new or empty directory to extract into",
+         "corpus": "a text corpus: a bundled one, a folder of <lang>.txt, a table or hf:ORG/NAME"}
 
 
 def command_of(path) -> Command:
@@ -151,8 +152,8 @@ def check_input(flag: str, value, sort: str) -> Path:
 
     path = Path(value)
     where = f"{flag} {path}" if flag.startswith("-") else str(path)
-    if sort == "items" and not path.exists():
-        return path  # a bundled set or a hub id, or a name the item loader explains
+    if sort in ("items", "corpus") and not path.exists():
+        return path  # a bundled set or a hub id, or a name the item or corpus loader explains
     if sort == "new-store":  # a store to reuse, or a new (or empty) directory to extract into
         if not path.exists() or path.is_dir() and not any(path.iterdir()):
             return path

@@ -103,19 +103,24 @@ class TranslationSettings(Nested):
             if self.latent in (source[1], target[1]):
                 raise BabelprobeError(f"--latent {self.latent} is an output language of --source or --target; choose "
                                       "another or 'none'")
-        check_prompt_names(sorted(self.languages()))
+        check_prompt_names(sorted(self.prompt_languages()))
 
-    def languages(self) -> list[str]:
-        """Every language the chosen experiments need words (and prompt names) in: exp1 its source, target
-        and latent languages, exp2 its target and source pairs' (an experiment not run needs none)."""
+    def prompt_languages(self) -> list[str]:
+        """The languages the chosen experiments' prompts are written in (and need prompt names in): exp1 its
+        source and target, exp2 its target and source pairs' (an experiment not run needs none)."""
         if self.preset == "paper":
             codes = [c for exp, sources, target in PAPER_CONFIGS if exp in self.exps
                      for pair in (*sources, target) for c in pair.split("-")]
-            return list(dict.fromkeys(codes + ([self.latent] if self.latent else [])))
-        exp1, exp2 = "exp1" in self.exps, "exp2" in self.exps
-        codes = [*(self.source.split("-") if exp1 else []), *self.target.split("-"),
-                 *(c for p in self.source_pairs for c in p.split("-") if exp2)]
-        return list(dict.fromkeys(codes + ([self.latent] if self.latent else [])))
+        else:
+            exp1, exp2 = "exp1" in self.exps, "exp2" in self.exps
+            codes = [*(self.source.split("-") if exp1 else []), *self.target.split("-"),
+                     *(c for p in self.source_pairs for c in p.split("-") if exp2)]
+        return list(dict.fromkeys(codes))
+
+    def languages(self) -> list[str]:
+        """Every language the chosen experiments need words in: the prompts' and the latent one (its words
+        counted, in both experiments; never written in a prompt)."""
+        return list(dict.fromkeys(self.prompt_languages() + ([self.latent] if self.latent else [])))
 
 
 @dataclass(frozen=True)
