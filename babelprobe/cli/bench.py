@@ -116,7 +116,8 @@ def models_from(args):
 def run(args) -> int:
     from babelprobe.analysis.benchmarks import run_benchmark
 
-    args.items = task_source(args)
+    if args.benchmark_name == "lm-eval":  # StingrayBench has a --tasks of its own
+        args.items = task_source(args)
     require_items(args)
     module = benchmark(args.benchmark_name)
     settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))
