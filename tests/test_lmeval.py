@@ -389,7 +389,7 @@ def test_without_the_extra_installed_it_is_one_line_before_any_model(monkeypatch
 def test_a_missing_task_folder_and_an_unreadable_data_file(task_dir, tmp_path, capsys):
     out = tmp_path / "x.jsonl"
     fails(["items", "from-lm-eval", "xcopa_et", "--include-path", tmp_path / "nowhere", "--out", out], capsys,
-          "is not a directory")
+          "--include-path", "nowhere: no such directory")
     fails(["items", "from-lm-eval", "xcopa_et_missing", "--include-path", task_dir, "--out", out], capsys,
           "task 'xcopa_et_missing' cannot be built")
     assert not out.exists()

@@ -156,7 +156,7 @@ def test_nested_settings_are_given_read_and_recorded_flat():
     assert (settings.folds, settings.fold_scheme, settings.reduction) == (5, "plain", "mean")
     record = settings_record(settings)
     assert record == {"protocol": "paper", "folds": 5, "fold_scheme": "plain", "seed": 3, "pool": "last",
-                      "rule": "sum", "reduction": "mean", "prompts": "xcomps", "layers": "peak"}
+                      "rule": "sum", "reduction": "mean", "prompts": "xcomps", "conditional": False, "layers": "peak"}
     assert from_record(CompareSettings, record) == settings
     assert settings.stage("neuro") == {"protocol": "paper", "folds": 5, "fold_scheme": "plain", "seed": 3,
                                        "pool": "last"}

@@ -12,7 +12,8 @@ A `Command` names
   out       what `--out` is: "dir", "table" (a .csv/.parquet file), "items" (an item file), None (no --out)
   inputs    the flags (or positional names) that name an input, and what each must be: "store", "compare",
             "neurons", "sae-run" (`runs.LAYOUTS` kinds), "run" (a run directory of any kind), "sae-folder" (an
-            SAE folder), "new-store" (a store to reuse, or a new or empty directory), "probes" (a compare directory, a probe table or a store), "dir", "file", "items"
+            SAE folder), "new-store" (a store to reuse, or a new or empty directory), "probes" (a compare directory, a probe table or a store), "dir", "file", "items",
+            "tasks" (lm-evaluation-harness task names), "lm-eval" (harness tasks as a source: lm-eval:TASK[@DIR])
   model     whether it loads a model (every check above happens before it does)
 
 The checks made here, for every command alike (`check`): the running numbers (`--limit` at least 1,
@@ -24,11 +25,11 @@ before anything is written.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.paths import check_kind_of_path, check_path, check_readable
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class Command:
 BENCH_SETTINGS = {name: f"babelprobe.benchmarks.{path}:Settings" for name, path in (
     ("stingray", "stingray"), ("eclektic", "eclektic"), ("consistency", "consistency"), ("pitfalls", "pitfalls"),
     ("multiblimp", "bridges.multiblimp"), ("belebele", "bridges.belebele"), ("xnli", "bridges.xnli"),
-    ("pawsx", "bridges.pawsx"))}
+    ("pawsx", "bridges.pawsx"), ("lm-eval", "bridges.lmeval"))}
+# a benchmark whose inputs are not one --items source: bench lm-eval names the harness's tasks
+BENCH_INPUTS = {"lm-eval": {"--items": "lm-eval", "--tasks": "tasks", "--include-path": "dir"}}
 
 COMMANDS: tuple[Command, ...] = (
     Command(("models",), "babelprobe.models:load_model", out=None),
@@ -57,6 +60,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("items", "show"), "babelprobe.items:load_items", out=None, inputs={"source": "items"}, model=False),
     Command(("items", "convert"), "babelprobe.benchmarks.bridges:convert", out="items", inputs={"source": "items"},
             model=False),
+    Command(("items", "from-lm-eval"), "babelprobe.benchmarks.bridges.lmeval:convert", out="items",
+            inputs={"tasks": "tasks", "--include-path": "dir"}, model=False),
     Command(("score", "direct"), "babelprobe.benchmarks.scoring:score_pairs",
             ("babelprobe.benchmarks.scoring:DirectSettings",), out="table", inputs={"--items": "items"}),
     Command(("score", "meta"), "babelprobe.benchmarks.scoring:score_pairs",
@@ -89,7 +94,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("report",), "babelprobe.analysis.report:write_report",
             inputs={"--results": "run", "--other": "compare", "--transfer-table": "file"}, model=False),
     *(Command(("bench", name), "babelprobe.analysis.benchmarks:run_benchmark", (settings,), kind="bench",
-              inputs={"--items": "items"}) for name, settings in BENCH_SETTINGS.items()),
+              inputs=BENCH_INPUTS.get(name, {"--items": "items"})) for name, settings in BENCH_SETTINGS.items()),
     Command(("bench", "pitfalls-search"), "babelprobe.benchmarks.pitfalls.search:search_languages",
             ("babelprobe.benchmarks.pitfalls.settings:SearchSettings",), inputs={"--items": "items"}),
     Command(("bench", "pitfalls-affinity"), "babelprobe.analysis.benchmarks:run_affinity",
@@ -114,7 +119,10 @@ SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a co
          "sae-folder": "an SAE folder (Gemma Scope 2 or SAELens layout)",
          "probes": "a compare directory, a probe table or an activation store", "dir": "a directory",
          "file": "a file", "items": "an item source: a bundled set, a file, a directory or hf:ORG/NAME",
-         "new-store": "an activation store to reuse, or a new or empty directory to extract into"}
+         "new-store": "an activation store to reuse, or a new or empty directory to extract into",
+         "tasks": "lm-evaluation-harness task, group or tag names (the lm-eval extra)",
+         "lm-eval": "lm-evaluation-harness tasks: lm-eval:TASK[,TASK...][@DIR], TASK[,TASK...][@DIR] or a bundled "
+                    "sample (lm-eval-sample)"}
 
 
 def command_of(path) -> Command:
@@ -151,6 +159,8 @@ def check_input(flag: str, value, sort: str) -> Path:
 
     path = Path(value)
     where = f"{flag} {path}" if flag.startswith("-") else str(path)
+    if sort in ("tasks", "lm-eval") or sort == "items" and is_harness_source(value):
+        return check_tasks(flag, str(value), sort)
     if sort == "items" and not path.exists():
         return path  # a bundled set or a hub id, or a name the item loader explains
     if sort == "new-store":  # a store to reuse, or a new (or empty) directory to extract into
@@ -161,10 +171,8 @@ def check_input(flag: str, value, sort: str) -> Path:
         what = "file" if sort in ("file", "items") else "directory" if sort != "probes" else "file or directory"
         raise BabelprobeError(f"{where}: no such {what}")
     check_readable(path, where)
-    if sort == "file" and path.is_dir():
-        raise BabelprobeError(f"{where} is a directory; give a file")
-    if sort in ("dir", "run", "sae-folder", *LAYOUTS, "sae-run") and not path.is_dir():
-        raise BabelprobeError(f"{where} is a file; give a directory")
+    if sort == "file" or sort in ("dir", "run", "sae-folder", *LAYOUTS, "sae-run"):
+        check_kind_of_path(path, where, "file" if sort == "file" else "dir")
     layout_kind = {"sae-run": "sae"}.get(sort, sort)
     if layout_kind in LAYOUTS:
         LAYOUTS[layout_kind].check(path, flag if flag.startswith("-") else "")
@@ -174,6 +182,32 @@ def check_input(flag: str, value, sort: str) -> Path:
         raise BabelprobeError(f"{where} is not a results directory: it holds no run of babelprobe (no manifest "
                               "such as compare.json, no neuro.csv); give the --out of a command that writes one")
     return path
+
+
+def is_harness_source(value) -> bool:
+    from babelprobe.lmeval import is_source
+
+    return is_source(str(value))
+
+
+def check_tasks(flag: str, value: str, sort: str) -> Path:
+    """lm-evaluation-harness tasks: for `lm-eval` (bench lm-eval's --items) not an item file; the task folder
+    after '@' a readable directory; the harness installed. Whether each task exists, is multiple-choice and
+    its data files are readable is the item reader's check (`lmeval.load`, before any data set is read)."""
+    from babelprobe import lmeval
+    from babelprobe.bundled import bundled_sets
+
+    where = f"{flag} {value}" if flag.startswith("-") else value
+    if sort == "lm-eval" and not lmeval.is_source(value) and Path(value).exists():
+        raise BabelprobeError(f"{where} is an item file or directory; this command reads lm-evaluation-harness tasks "
+                              f"({SORTS['lm-eval']}); give item files to compare, extract or score")
+    if sort != "tasks" and value not in bundled_sets(lmeval.NAME):  # a bundled sample: its own folder
+        source = lmeval.parse(value if lmeval.is_source(value) else lmeval.PREFIX + value)
+        if source.include_path is not None:
+            folder = f"{where}: task folder {source.include_path}"
+            check_path(Path(source.include_path).expanduser(), folder, "dir")
+    lmeval.harness()
+    return Path(value)
 
 
 def check_store(path: Path, where: str) -> None:
@@ -186,16 +220,6 @@ def check_store(path: Path, where: str) -> None:
             store.check_files()
         except BabelprobeError as err:
             raise BabelprobeError(f"{where}: {err}") from None
-
-
-def check_readable(path: Path, where: str) -> None:
-    """`path` (a file, or a directory and the files in it, one level down) readable by this process."""
-    paths = [path, *(p for p in path.iterdir() if p.is_file())] if path.is_dir() else [path]
-    for one in paths:
-        if not os.access(one, os.R_OK) or (one.is_dir() and not os.access(one, os.X_OK)):
-            shown = where if one == path else f"{where}: {one.name}"
-            raise BabelprobeError(f"{shown}: permission denied (not readable by this user); fix its permissions or "
-                                  "point elsewhere")
 
 
 def check_out(command: Command, out) -> None:
