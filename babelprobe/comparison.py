@@ -40,6 +40,7 @@ from babelprobe.settings import Nested, block, block_record, option, settings_re
 
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
+DIFFERENCE = "difference.csv"  # what `diff` writes into its out
 WHAT = "a comparison of another model or item set"  # what a refusal calls a run of another identity
 OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
            "correlations": "correlations.csv", "agreement": "agreement.csv"}
@@ -200,14 +201,30 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     return result
 
 
-def diff(base: str | Path, other: str | Path) -> pd.DataFrame:
-    """`other − base` per language × subset × method × metric of two compare directories (e.g. the
-    paper's instruct − base), with paired bootstrap intervals for accuracy differences
-    (`babelprobe diff`)."""
-    from babelprobe.analysis import methods
+def _older_diff(args: tuple, keywords: dict) -> bool:
+    """The older form `diff(base, other)`: two compare directories and no `other=`."""
+    return len(args) == 2 and "other" not in keywords
 
+
+@runner(old=("base", "other"), old_when=_older_diff)
+def diff(base: str | Path, out: str | Path | None = None, settings=None, runtime: Runtime | None = None, *,
+         other: str | Path) -> pd.DataFrame:
+    """`other − base` per language × subset × method × metric of two compare directories (e.g. the
+    paper's instruct − base), with paired bootstrap intervals for accuracy differences (`babelprobe diff`);
+    written to `out`/difference.csv when `out` is given. The runner door's form `diff(base, out,
+    other=...)` (no settings, no model); the older `diff(base, other)` too."""
+    from babelprobe.analysis import methods
+    from babelprobe.tables import check_out_dir, write_table
+
+    for path in (base, other):
+        LAYOUT.check(path)  # both finished compare directories: before anything is written
+    if out is not None:
+        check_out_dir(out)
     a, b = CompareResult.read(base), CompareResult.read(other)
-    return methods.difference(a.summary, b.summary, a.items, b.items)
+    table = methods.difference(a.summary, b.summary, a.items, b.items)
+    if out is not None:
+        write_table(table, Path(out) / DIFFERENCE)
+    return table
 
 
 # -------------------------------------------------------------------------------------- stage helpers

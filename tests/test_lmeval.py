@@ -270,6 +270,19 @@ def test_the_bridges_are_presets_of_the_same_path(task_dir, harness_lm):
         assert bridge[column].tolist() == harness[column].tolist(), column
 
 
+def test_the_bench_runner_takes_the_canonical_form_and_the_contracts(task_dir, harness_lm, tmp_path):
+    """`run(items, out, settings, runtime)` (a source or what `load` read), and the benchmark contract's
+    `run(data, models, settings, out, progress)` that `run_benchmark` calls: the same rows."""
+    from babelprobe.benchmarks.base import Models
+    from babelprobe.runtime import Runtime
+
+    data = bench_lmeval.load(source(task_dir, "xcopa_local"))
+    old = bench_lmeval.run(data, Models(harness_lm, progress=False), None, tmp_path / "old")
+    new = bench_lmeval.run(source(task_dir, "xcopa_local"), tmp_path / "new", None,
+                           Runtime(model=harness_lm, progress=False))
+    assert new.drop(columns=["model"], errors="ignore").equals(old.drop(columns=["model"], errors="ignore"))
+
+
 # ------------------------------------------------------------------------------------- the commands
 
 @pytest.fixture(scope="module")

@@ -91,7 +91,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("sae", "fetch"), "babelprobe.sae.fetch:fetch_sae", model=False),
     Command(("sae", "train"), "babelprobe.sae.train:train_sae", ("babelprobe.sae.settings:TrainSettings",),
             inputs={"--acts": "store"}, model=False),
-    Command(("report",), "babelprobe.analysis.report:write_report",
+    Command(("report",), "babelprobe.analysis.report:write_report", ("babelprobe.analysis.report:ReportSettings",),
             inputs={"--results": "run", "--other": "compare", "--transfer-table": "file"}, model=False),
     *(Command(("bench", name), "babelprobe.analysis.benchmarks:run_benchmark", (settings,), kind="bench",
               inputs=BENCH_INPUTS.get(name, {"--items": "items"})) for name, settings in BENCH_SETTINGS.items()),

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from babelprobe.benchmarks.bridges.settings import Settings, answerer
 from babelprobe.errors import BabelprobeError
+from babelprobe.runtime import Runtime, runner
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,12 +67,17 @@ def convert(source: str, out: str | Path | None = None, languages: list[str] | N
     return items
 
 
-def run(data: pd.DataFrame, models, settings: Settings | None = None, out: Path | None = None,
-        progress: bool = True) -> pd.DataFrame:
-    """The bridges' run (every question, resumable in `out`), each row given its task's groups."""
+@runner(Settings, old=("items", "model", "settings", "out", "progress"), renamed={"data": "items", "models": "model"})
+def run(items: pd.DataFrame | str, out: Path | None = None, settings: Settings | None = None,
+        runtime: Runtime | None = None) -> pd.DataFrame:
+    """The bridges' run (every question, resumable in `out`), each row given its task's groups: `items` what
+    `load` read (or a source it reads), `runtime` the model (a `Runtime` or the benchmarks' `Models`; its
+    options as keywords) and `progress`. The benchmark contract's `run(data, models, settings, out, progress)`
+    (how `run_benchmark` calls every benchmark) is the older form of the same call."""
     from babelprobe.benchmarks import bridges
 
-    rows = bridges.run(NAME, data, models, settings or Settings(), out, progress)
+    data = items if not isinstance(items, (str, Path)) else load(items)
+    rows = bridges.run(NAME, data, runtime, settings, out, runtime.progress)
     groups = data.attrs.get("harness", {}).get("groups", {})
     member = {task: {name: group["aggregate"] for name, group in groups.items() if task in group.get("tasks", ())}
               for task in rows["task"].unique()}
