@@ -41,6 +41,7 @@ from babelprobe.settings import Nested, block, block_record, option, settings_re
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
 DIFFERENCE = "difference.csv"  # what `diff` writes into its out
+FIGURES = "figures"  # where compare draws its figures (`report`'s default --out too)
 WHAT = "a comparison of another model or item set"  # what a refusal calls a run of another identity
 OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
            "correlations": "correlations.csv", "agreement": "agreement.csv"}
@@ -94,6 +95,7 @@ class CompareResult:
     correlations: pd.DataFrame
     agreement: pd.DataFrame
     per_method: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    figures: dict[str, list[Path]] = field(default_factory=dict, repr=False)  # name -> [pdf, png], OUT/figures
 
     def write(self, out: str | Path) -> None:
         from babelprobe.tables import write_table
@@ -198,6 +200,10 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
                            correlations=methods.correlations(summary), agreement=methods.agreement(joined),
                            per_method=per_method)
     result.write(out)
+    if runtime.figures:  # the peak layers (XCOMPS Fig. 14) and the methods' accuracy, drawn as `report` draws them
+        from babelprobe.analysis.report import draw_compare_figures
+
+        result.figures = draw_compare_figures(out, out / FIGURES)
     return result
 
 

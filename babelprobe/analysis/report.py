@@ -159,6 +159,23 @@ PAPER_FIGURES = {
 }
 
 
+# what `compare` draws itself (with `runtime.figures`): the figures its own tables give without a bootstrap
+COMPARE_FIGURES = ("peak_heatmap", "method_bars")
+
+
+def draw_compare_figures(results: str | Path, out: str | Path) -> dict[str, list[Path]]:
+    """The figures of `COMPARE_FIGURES` a compare directory has the inputs for, drawn into `out` as `report`
+    draws them (`draw`); name -> [pdf, png]."""
+    results = load_results(results)
+    tables = {"subset_peaks": peaks.subset_peaks(results.probe)} if results.probe is not None else {}
+    drawn = {}
+    for name in COMPARE_FIGURES:
+        fig = draw(name, results, tables)
+        if not isinstance(fig, str):  # a reason it cannot be drawn: `report` says it; compare draws the rest
+            drawn[name] = save(fig, Path(out) / name)
+    return drawn
+
+
 def draw(name: str, results: Results, tables: dict, x: str = "layer"):
     """The figure `name` of FIGURES, or the reason it cannot be drawn (a string)."""
     probe_needed = "no probe result (neuro.csv from `babelprobe probe` or `babelprobe compare`)"

@@ -72,7 +72,8 @@ def run(args) -> int:
     print(f"protocol {settings.protocol}: {settings.description}")
     print(_summary_text(result))
     print(f"wrote items.csv ({len(result.items)} pairs), summary.csv, layers.csv, correlations.csv, "
-          f"agreement.csv to {args.out}")
+          f"agreement.csv to {args.out}" + (f"; figures {', '.join(result.figures)} in {Path(args.out) / 'figures'}"
+                                            if result.figures else ""))
     return 0
 
 
