@@ -32,6 +32,7 @@ import pandas as pd
 from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
+from babelprobe.inputs import check_inputs
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.probes.settings import ProbeSettings, describe
 from babelprobe.runs import LAYOUTS, check_identity, check_kind
@@ -134,6 +135,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
 
     out = Path(out)
     check_kind(out, "compare", "compare")
+    check_inputs(items=(items, "items"), acts=(acts, "new-store"))
     if isinstance(items, str):
         source = source or {"source": items}
     items = load_items(items)
@@ -222,8 +224,7 @@ def diff(base: str | Path, out: str | Path | None = None, settings=None, runtime
     from babelprobe.analysis import methods
     from babelprobe.tables import check_out_dir, write_table
 
-    for path in (base, other):
-        LAYOUT.check(path)  # both finished compare directories: before anything is written
+    check_inputs(base=(base, "compare"), other=(other, "compare"))  # both: before anything is written
     if out is not None:
         check_out_dir(out)
     a, b = CompareResult.read(base), CompareResult.read(other)

@@ -34,6 +34,7 @@ import pandas as pd
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.settings import ExtractSettings
+from babelprobe.inputs import check_input
 from babelprobe.probes.settings import ProbeSettings
 from babelprobe.runs import LAYOUTS
 from babelprobe.runtime import Runtime, runner
@@ -282,6 +283,8 @@ def sweep(items: list[str], out: str | Path, settings: SweepSettings | None = No
     item_sets, out, settings, placement={...}, overwrite=...)` too (docs/design.md "Runtime, settings,
     runners")."""
     models = list(models) if models else [runtime.model]
+    for item_set in items:
+        check_input("items", item_set, "items")
     item_sets, overwrite = items, runtime.overwrite
     progress = runtime.progress if callable(runtime.progress) else print if runtime.progress else _quiet
     if placement is None:

@@ -516,6 +516,75 @@ def test_bad_input_is_one_line_before_the_model_loads_and_changes_nothing(case, 
     assert snapshot(tmp_path) == before_run, f"{case.id}: something was written"
 
 
+# ------------------------------------------------------------------------------- the library's doors
+
+# Each runner with an input it reads (by its parameter's name) and the world entry made unreadable there: the
+# runner refuses it with the line the command line gives (`inputs.check_input`, the registry's own check), the
+# parameter in place of the flag, before the model loads.
+LIBRARY = {
+    "probe": (lambda w, o: __import__("babelprobe").probe(w["acts"], o / "n.csv", folds=2), "store", "acts"),
+    "compare": (lambda w, o: __import__("babelprobe").compare(w["items"], o, acts=w["acts"], folds=2,
+                                                                model=str(w["model"])), "acts", "acts"),
+    "diff": (lambda w, o: __import__("babelprobe").diff(w["cmp"], o, other=w["cmp_other"]), "other", "cmp_other"),
+    "intervene --probes": (lambda w, o: __import__("babelprobe").intervene(
+        w["items"], o, probes=w["cmp"], layers="1", model=str(w["model"])), "probes", "cmp"),
+    "intervene --neurons": (lambda w, o: __import__("babelprobe").intervene(
+        w["items"], o, neurons=w["neurons"], methods="neurons", off="en", readouts="direct", model=str(w["model"])),
+        "neurons", "neurons"),
+    "language_neurons": (lambda w, o: __import__("babelprobe").language_neurons(
+        None, o, corpus=w["empty_dir"], model=str(w["model"])), "corpus", "empty_dir"),
+    "patch_pairs": (lambda w, o: __import__("babelprobe").patch_pairs(w["items"], o, compare=w["cmp"],
+                                                                      model=str(w["model"])), "compare", "cmp"),
+    "patch_translation": (lambda w, o: __import__("babelprobe").patch_translation(
+        w["concepts_header"], o, model=str(w["model"])), "concepts", "concepts_header"),
+    "lens": (lambda w, o: __import__("babelprobe").lens(None, o, acts=w["acts"], model=str(w["model"])), "acts", "acts"),
+    "align": (lambda w, o: __import__("babelprobe").align(None, o, compare=w["cmp"]), "compare", "cmp"),
+    "sae_features": (lambda w, o: __import__("babelprobe").sae_features(w["items"], o, sae=w["sae"], folds=2,
+                                                                        model=str(w["model"])), "sae", "sae"),
+    "train_sae": (lambda w, o: __import__("babelprobe").train_sae(w["acts"], o, layers=2, width=16, steps=2),
+                  "acts", "acts"),
+    "write_report": (lambda w, o: __import__("babelprobe").write_report(w["cmp"], o), "results", "cmp"),
+    "run_benchmark": (lambda w, o: __import__("babelprobe").run_benchmark(w["items"], o, name="stingray",
+                                                                          model=str(w["model"])), "items", "items"),
+    "plot_runs": (lambda w, o: __import__("babelprobe").plot_runs([w["bench"]], o), "runs", "bench"),
+    "score_pairs": (lambda w, o: __import__("babelprobe").score_pairs(w["items"], o / "d.csv", method="direct",
+                                                                      model=str(w["model"])), "items", "items"),
+    "sweep": (lambda w, o: __import__("babelprobe").sweep([str(w["items"])], o, models=[str(w["model"])]),
+              "items", "items"),
+}
+
+
+@pytest.mark.parametrize("runner", LIBRARY)
+def test_a_runner_refuses_an_unreadable_input_as_the_command_line_does(runner, world, tmp_path, monkeypatch):
+    import babelprobe.models
+    from babelprobe.errors import BabelprobeError
+
+    call, name, entry = LIBRARY[runner]
+    monkeypatch.setattr(babelprobe.models, "load_model", lambda *a, **k: pytest.fail(f"{runner} loaded the model"))
+    denied, real = Path(world[entry]), os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if (
+        mode & os.R_OK and (Path(path) == denied or denied in Path(path).parents)) else real(path, mode, *a, **k))
+    before = snapshot(world["root"])
+    with pytest.raises(BabelprobeError) as refused:
+        call(world, tmp_path / "out")
+    assert str(refused.value) == f"{name} {denied}: permission denied (not readable by this user); fix its " \
+                                 "permissions or point elsewhere"
+    assert snapshot(world["root"]) == before and not (tmp_path / "out").exists()
+
+
+def test_a_truncated_store_and_an_unreadable_item_file_in_the_library(world, monkeypatch):
+    import babelprobe as bp
+    from babelprobe.errors import BabelprobeError
+
+    with pytest.raises(BabelprobeError, match=f"store {world['acts_truncated']}: .*shard-00000.h5"):
+        bp.probe(world["acts_truncated"], folds=2)  # every shard opens: before the sweep reads one
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == world["items"] else
+                        real(path, mode, *a, **k))
+    with pytest.raises(BabelprobeError, match=f"item source {world['items']}: permission denied"):
+        bp.load_items(str(world["items"]))  # was the reader's PermissionError traceback
+
+
 def test_the_catalogue_has_every_case_of_the_issue_and_more_than_150():
     names = {case.name for case in CASES}
     assert sum(name.startswith("bad ") for name in names) == 12

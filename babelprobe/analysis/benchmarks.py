@@ -25,6 +25,7 @@ from babelprobe.benchmarks.base import BENCHMARKS, Models, as_models, benchmark,
 from babelprobe.benchmarks.bridges import lmeval
 from babelprobe.benchmarks.pitfalls.settings import AffinitySettings
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_input
 from babelprobe.items import check_limit
 from babelprobe.runs import LAYOUTS, check_kind, open_run
 from babelprobe.runtime import Runtime, runner
@@ -73,6 +74,7 @@ def run_benchmark(items: str | Path, out: str | Path, settings=None, runtime: Ru
     name = name or benchmark_named_by(settings)
     module = benchmark(name)
     settings = settings if settings is not None else benchmark_settings(module)
+    check_input("items", items, "items")
     check_limit(limit)
     check_kind(out, "bench", f"bench {name}")
     models = as_models(runtime)
@@ -636,6 +638,7 @@ def run_affinity(items: str | Path, out: str | Path, settings: AffinitySettings 
     from babelprobe.benchmarks.pitfalls.summary import affinity_accuracy, relative_affinity
 
     source = items
+    check_input("items", items, "items")
     check_limit(limit)
     check_kind(out, "pitfalls-affinity", "bench pitfalls-affinity")
     questions = pitfalls.load_pitfalls(source, languages, limit)
@@ -722,6 +725,8 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> dict[str, list[Path]]:
     (overall success and transfer per run, in the order given). name -> files."""
     from babelprobe.errors import BabelprobeError
 
+    for run in runs:
+        check_input("runs", run, "bench")
     read = [read_bench_run(r) for r in runs]
     names = {name for name, *_ in read}
     if len(names) != 1:

@@ -30,6 +30,7 @@ from babelprobe.analysis.results import Results, attach_other, load_results  # n
 from babelprobe.analysis.style import save
 from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_inputs
 from babelprobe.probes.settings import protocol_text
 from babelprobe.runs import detect
 from babelprobe.runtime import Runtime, runner
@@ -274,6 +275,7 @@ def write_report(results: str | Path | Results, out: str | Path, settings: Repor
     second model's compare directory (XCOMPS Figs. 9 and 13). The runner door's form (docs/design.md
     "Runtime, settings, runners"); `write_report(results, out, x=..., n_boot=...)` as before."""
     x, n_boot, seed, protocol = settings.x, settings.n_boot, settings.seed, settings.protocol
+    check_inputs(results=(results, "run"), other=(other, "compare"), transfer=(transfer, "file"))
     if not isinstance(results, Results):
         kind = detect(results)
         if kind is not None and kind.kind in REPORTS:

@@ -118,9 +118,11 @@ def score_pairs(items, out: str | Path, settings: DirectSettings | MetaSettings 
     prompt once for both answers (same numbers)."""
     import pandas as pd
 
+    from babelprobe.inputs import check_input
     from babelprobe.runs import score_resumably
 
     method, settings = _method_and_settings(method, settings)
+    check_input("items", items, "items")
     if not isinstance(items, pd.DataFrame):
         from babelprobe.items import load_items
 

@@ -10,7 +10,7 @@ A `Command` names
   settings  its settings dataclasses, "module:Class": every field a flag with help, recorded in the run
   kind      the kind of run directory it writes (`runs.LAYOUTS`), None when its output is no run directory
   out       what `--out` is: "dir", "table" (a .csv/.parquet file), "items" (an item file), None (no --out)
-  inputs    the flags (or positional names) that name an input, and what each must be: "store", "compare",
+  inputs    the flags (or positional names) that name an input, and what each must be (`inputs.SORTS`): "store", "compare",
             "neurons", "sae-run" (`runs.LAYOUTS` kinds), "run" (a run directory of any kind), "sae-folder" (an
             SAE folder), "new-store" (a store to reuse, or a new or empty directory), "probes" (a compare directory, a probe table or a store), "dir", "file", "items",
             "tasks" (lm-evaluation-harness task names), "lm-eval" (harness tasks as a source: lm-eval:TASK[@DIR])
@@ -19,8 +19,8 @@ A `Command` names
 The checks made here, for every command alike (`check`): the running numbers (`--limit` at least 1,
 `--batch-tokens` positive, ...); `--out` of the right sort and not another command's run directory (with
 or without `--overwrite`: a run is only ever replaced by the command that made it); every input there,
-readable and of its kind. Each is one line naming the flag and the value, before any model loads and
-before anything is written.
+readable and of its kind (`inputs.check_input`, which the runners call too). Each is one line naming the flag
+and the value, before any model loads and before anything is written.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.paths import check_kind_of_path, check_path, check_readable
+from babelprobe.inputs import SORTS, check_input  # noqa: F401 (SORTS: the sorts an input may be, public here too)
 
 
 @dataclass(frozen=True)
@@ -112,17 +112,7 @@ LEAST = {"limit": ("--limit", 1), "batch_tokens": ("--batch-tokens", 1), "batch_
          "gpus_per_replica": ("--gpus-per-replica", 1), "slurm_time": ("--slurm-time", 1),
          "slurm_gpus": ("--slurm-gpus", 0), "slurm_cpus": ("--slurm-cpus", 1), "slurm_mem": ("--slurm-mem", 1)}
 POSITIVE = {"timeout": "--timeout", "rate_limit": "--rate-limit", "memory_gb": "--memory-gb"}
-# the sorts of input a command may name, and what each must be
-SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a compare directory (`babelprobe compare`)",
-         "neurons": "a neurons directory (`babelprobe neurons`)", "sae-run": "an SAE run directory (`babelprobe sae`)",
-         "bench": "a benchmark run directory (`babelprobe bench NAME`)", "run": "a run directory of any kind",
-         "sae-folder": "an SAE folder (Gemma Scope 2 or SAELens layout)",
-         "probes": "a compare directory, a probe table or an activation store", "dir": "a directory",
-         "file": "a file", "items": "an item source: a bundled set, a file, a directory or hf:ORG/NAME",
-         "new-store": "an activation store to reuse, or a new or empty directory to extract into",
-         "tasks": "lm-evaluation-harness task, group or tag names (the lm-eval extra)",
-         "lm-eval": "lm-evaluation-harness tasks: lm-eval:TASK[,TASK...][@DIR], TASK[,TASK...][@DIR] or a bundled "
-                    "sample (lm-eval-sample)"}
+
 
 
 def command_of(path) -> Command:
@@ -136,7 +126,7 @@ def check(command: Command, args) -> None:
         value = getattr(args, name.lstrip("-").replace("-", "_"), None)
         for one in value if isinstance(value, list) else [value]:
             if one is not None:
-                check_input(name, one, sort)
+                check_input(name if name.startswith("-") else "", one, sort)  # a positional: named by its value
     out = getattr(args, "out", None)
     if command.out is not None and out is not None:
         check_out(command, out)
@@ -151,75 +141,6 @@ def check_numbers(args) -> None:
         value = getattr(args, dest, None)
         if isinstance(value, (int, float)) and value <= 0:
             raise BabelprobeError(f"{flag} must be positive, got {value}")
-
-
-def check_input(flag: str, value, sort: str) -> Path:
-    """`value` there and readable, and of `sort` (module docstring); one line naming `flag` otherwise."""
-    from babelprobe.runs import LAYOUTS, detect
-
-    path = Path(value)
-    where = f"{flag} {path}" if flag.startswith("-") else str(path)
-    if sort in ("tasks", "lm-eval") or sort == "items" and is_harness_source(value):
-        return check_tasks(flag, str(value), sort)
-    if sort == "items" and not path.exists():
-        return path  # a bundled set or a hub id, or a name the item loader explains
-    if sort == "new-store":  # a store to reuse, or a new (or empty) directory to extract into
-        if not path.exists() or path.is_dir() and not any(path.iterdir()):
-            return path
-        sort = "store"
-    if not path.exists():
-        what = "file" if sort in ("file", "items") else "directory" if sort != "probes" else "file or directory"
-        raise BabelprobeError(f"{where}: no such {what}")
-    check_readable(path, where)
-    if sort == "file" or sort in ("dir", "run", "sae-folder", *LAYOUTS, "sae-run"):
-        check_kind_of_path(path, where, "file" if sort == "file" else "dir")
-    layout_kind = {"sae-run": "sae"}.get(sort, sort)
-    if layout_kind in LAYOUTS:
-        LAYOUTS[layout_kind].check(path, flag if flag.startswith("-") else "")
-    if layout_kind == "store":
-        check_store(path, where)
-    if sort == "run" and detect(path) is None:
-        raise BabelprobeError(f"{where} is not a results directory: it holds no run of babelprobe (no manifest "
-                              "such as compare.json, no neuro.csv); give the --out of a command that writes one")
-    return path
-
-
-def is_harness_source(value) -> bool:
-    from babelprobe.lmeval import is_source
-
-    return is_source(str(value))
-
-
-def check_tasks(flag: str, value: str, sort: str) -> Path:
-    """lm-evaluation-harness tasks: for `lm-eval` (bench lm-eval's --items) not an item file; the task folder
-    after '@' a readable directory; the harness installed. Whether each task exists, is multiple-choice and
-    its data files are readable is the item reader's check (`lmeval.load`, before any data set is read)."""
-    from babelprobe import lmeval
-    from babelprobe.bundled import bundled_sets
-
-    where = f"{flag} {value}" if flag.startswith("-") else value
-    if sort == "lm-eval" and not lmeval.is_source(value) and Path(value).exists():
-        raise BabelprobeError(f"{where} is an item file or directory; this command reads lm-evaluation-harness tasks "
-                              f"({SORTS['lm-eval']}); give item files to compare, extract or score")
-    if sort != "tasks" and value not in bundled_sets(lmeval.NAME):  # a bundled sample: its own folder
-        source = lmeval.parse(value if lmeval.is_source(value) else lmeval.PREFIX + value)
-        if source.include_path is not None:
-            folder = f"{where}: task folder {source.include_path}"
-            check_path(Path(source.include_path).expanduser(), folder, "dir")
-    lmeval.harness()
-    return Path(value)
-
-
-def check_store(path: Path, where: str) -> None:
-    """The store opens and every shard of it opens (a truncated or missing shard is found here, without
-    reading its arrays)."""
-    from babelprobe.extract.store import open_store
-
-    with open_store(path) as store:
-        try:
-            store.check_files()
-        except BabelprobeError as err:
-            raise BabelprobeError(f"{where}: {err}") from None
 
 
 def check_out(command: Command, out) -> None:

@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_inputs
 from babelprobe.interventions.directions import FreshProbes, ProbeSource, find_probes
 from babelprobe.interventions.readouts import Unit
 from babelprobe.interventions.settings import Settings
@@ -83,6 +84,8 @@ def intervene(items: pd.DataFrame | str, out: str | Path | None = None, settings
     if n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {n_boot}")
     out = check_out_dir(out)
+    # --sae: a directory here (`sae` hands over its own run before it is finished; the source reads what it needs)
+    check_inputs(items=(items, "items"), probes=(probes, "probes"), neurons=(neurons, "neurons"), sae=(sae, "dir"))
     items = load_items(items)
     found = probes if isinstance(probes, (ProbeSource, FreshProbes)) or probes is None else find_probes(probes, items)
     settings = _resolved(settings, found)

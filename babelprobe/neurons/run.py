@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.run import min_fill, shard_batches
+from babelprobe.inputs import check_inputs
 from babelprobe.models import Encoding, LoadedModel, pad_batch
 from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
 from babelprobe.neurons.mlp import NeuronCounter, activation_modules
@@ -151,6 +152,7 @@ def language_neurons(items=None, out: str | Path | None = None, settings: Settin
     check_kind(out, "neurons", "neurons")
     if corpus is not None and items is not None:
         raise BabelprobeError("give --items or --corpus, not both")
+    check_inputs(items=(items, "items"), corpus=(corpus, "dir"))
     if corpus is not None:
         texts = read_corpus(corpus, languages)
         source = {"corpus": str(corpus), "texts": _corpus_digest(texts), "window": settings.window}

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
+from babelprobe.inputs import check_input
 from babelprobe.probes.controls import (
     concept_labels,
     concepts_for,
@@ -75,6 +76,7 @@ def probe(store, out: str | Path | None = None, settings: ProbeSettings | None =
     folds=5)`) or the older `probe(store, settings)`. `runtime.progress`: a bar over groups (off unless asked:
     `progress=True`). `out`, when given, is the table written (.csv or .parquet, checked first; its side
     tables beside it, `ProbeResult.write`). The other parameters are `probe_store`'s."""
+    check_input("store", store, "store")  # a path: there, readable, every shard opening
     if out is not None:
         check_output(out, (".csv", ".parquet"))
     result = probe_store(store, settings, items=items, device=device, n_jobs=n_jobs, workers=workers,

@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_input
 from babelprobe.sae.settings import TrainSettings
 from babelprobe.sae.weights import SAE, SAELENS_CONFIG, save_sae
 from babelprobe.settings import settings_record
@@ -53,6 +54,7 @@ def train_sae(acts, out: str | Path | None = None, settings: TrainSettings | Non
     from babelprobe.settings import settings_for
 
     settings = settings or settings_for(TrainSettings, **values)
+    check_input("acts", acts, "store")  # there, readable, every shard opening: before any training
     if settings.layers is None:
         raise BabelprobeError("sae train needs --layers N: the one layer whose states to train on")
     store = as_store(acts)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from babelprobe.benchmarks.bridges.settings import Settings, answerer
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_input
 from babelprobe.runtime import Runtime, runner
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ def convert(source: str, out: str | Path | None = None, languages: list[str] | N
         check_output(out, (".jsonl", ".json", ".csv", ".parquet"))
         if Path(out).exists() and not overwrite:
             raise BabelprobeError(f"{out} exists; pass --overwrite to replace it")
+    check_input("source", source, "lm-eval")
     items = load_items(source, languages=languages, limit=limit, language=language)
     if out is not None:
         write_items(items, out)
@@ -76,7 +78,10 @@ def run(items: pd.DataFrame | str, out: Path | None = None, settings: Settings |
     (how `run_benchmark` calls every benchmark) is the older form of the same call."""
     from babelprobe.benchmarks import bridges
 
-    data = items if not isinstance(items, (str, Path)) else load(items)
+    if isinstance(items, (str, Path)):
+        check_input("items", items, "lm-eval")
+        items = load(items)
+    data = items
     rows = bridges.run(NAME, data, runtime, settings, out, runtime.progress)
     groups = data.attrs.get("harness", {}).get("groups", {})
     member = {task: {name: group["aggregate"] for name, group in groups.items() if task in group.get("tasks", ())}
