@@ -187,7 +187,7 @@ def runner(settings_class=None, old: tuple[str, ...] = (), old_when=None, rename
                 runtime_values["load_options"] = runtime_values.pop("model_options")
             runtime = keywords.pop("runtime", None)
             if runtime is None and is_runtime(runtime_values.get("model")):
-                runtime, runtime_values = _held(runtime_values)
+                runtime, runtime_values = _held(runtime_values), {}
             if runtime is None:
                 runtime_values = {**defaults, **{k: v for k, v in runtime_values.items() if v is not None}}
             runtime = as_runtime(runtime, **runtime_values)
@@ -205,23 +205,23 @@ def runner(settings_class=None, old: tuple[str, ...] = (), old_when=None, rename
     return wrap
 
 
-def _held(values: dict) -> tuple:
-    """The older forms' runtime given as their model (module docstring of `runner`): that runtime, with the
-    runtime options given beside it (not None) in place of its own; no options left over."""
+def _held(values: dict):
+    """The older forms' runtime given as their model (`runner`'s docstring): that runtime, with the runtime
+    options given beside it (not None) in place of its own."""
     held = values.pop("model")
     given_ = {k: v for k, v in values.items() if v is not None and k in FIELDS}
     leftover = sorted(k for k, v in values.items() if v is not None and k not in FIELDS)
     if leftover:
         raise BabelprobeError(f"pass a runtime or its options, not both (got a runtime and {', '.join(leftover)})")
     if not given_:
-        return held, {}
+        return held
     if isinstance(held, Runtime):
-        return held.replace(**given_), {}
+        return held.replace(**given_)
     import copy
 
     held = copy.copy(held)  # the benchmarks' Models: its runtime replaced, the caller's left as it was
     held.runtime = held.runtime.replace(**given_)
-    return held, {}
+    return held
 
 
 def _old_form(args: tuple, keywords: dict) -> bool:

@@ -123,6 +123,21 @@ def test_the_old_form_keeps_a_positional_settings_and_refuses_more(tiny):
         echo_with_settings(tiny, "xcomps-sample", "neu/", settings, "one too many")
 
 
+def test_a_runtime_where_the_older_form_had_its_model_is_the_runtime(tiny):
+    """The older forms took a runtime (or the benchmarks' `Models`) as their model, with options beside it that
+    replaced its own: the door keeps that, without changing the caller's runtime."""
+    from babelprobe.benchmarks.base import Models
+
+    given_ = Runtime(model=tiny, batch_tokens=64)
+    runtime = echo(given_, "xcomps-sample", "neu/", progress=False)[3]
+    assert (runtime.lm, runtime.batch_tokens, runtime.progress, given_.progress) == (tiny, 64, False, True)
+    models = Models(tiny)
+    held = echo(models, "xcomps-sample", "neu/", progress=False)[3]
+    assert held.runtime.progress is False and models.runtime.progress is True and held.lm is tiny
+    with pytest.raises(BabelprobeError, match="not both"):
+        echo(given_, "xcomps-sample", "neu/", load_options={"device": "cpu"})
+
+
 def test_the_door_refuses_what_would_be_dropped(tiny):
     with pytest.raises(BabelprobeError, match="settings or keyword values, not both"):
         echo("x", "o", NeuronSettings(), top_rate=0.5)
