@@ -32,6 +32,7 @@ import pandas as pd
 from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
+from babelprobe.inputs import check_inputs
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.probes.settings import ProbeSettings, describe
 from babelprobe.runs import LAYOUTS, check_identity, check_kind
@@ -40,6 +41,8 @@ from babelprobe.settings import Nested, block, block_record, option, settings_re
 
 LAYOUT = LAYOUTS["compare"]
 MANIFEST = LAYOUT.manifest
+DIFFERENCE = "difference.csv"  # what `diff` writes into its out
+FIGURES = "figures"  # where compare draws its figures (`report`'s default --out too)
 WHAT = "a comparison of another model or item set"  # what a refusal calls a run of another identity
 OUTPUTS = {"items": "items.csv", "summary": "summary.csv", "layers": "layers.csv",
            "correlations": "correlations.csv", "agreement": "agreement.csv"}
@@ -93,6 +96,7 @@ class CompareResult:
     correlations: pd.DataFrame
     agreement: pd.DataFrame
     per_method: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False)
+    figures: dict[str, list[Path]] = field(default_factory=dict, repr=False)  # name -> [pdf, png], OUT/figures
 
     def write(self, out: str | Path) -> None:
         from babelprobe.tables import write_table
@@ -131,6 +135,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
 
     out = Path(out)
     check_kind(out, "compare", "compare")
+    check_inputs(items=(items, "items"), acts=(acts, "new-store"))
     if isinstance(items, str):
         source = source or {"source": items}
     items = load_items(items)
@@ -197,17 +202,36 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
                            correlations=methods.correlations(summary), agreement=methods.agreement(joined),
                            per_method=per_method)
     result.write(out)
+    if runtime.figures:  # the peak layers (XCOMPS Fig. 14) and the methods' accuracy, drawn as `report` draws them
+        from babelprobe.analysis.report import draw_compare_figures
+
+        result.figures = draw_compare_figures(out, out / FIGURES)
     return result
 
 
-def diff(base: str | Path, other: str | Path) -> pd.DataFrame:
-    """`other − base` per language × subset × method × metric of two compare directories (e.g. the
-    paper's instruct − base), with paired bootstrap intervals for accuracy differences
-    (`babelprobe diff`)."""
-    from babelprobe.analysis import methods
+def _older_diff(args: tuple, keywords: dict) -> bool:
+    """The older form `diff(base, other)`: two compare directories and no `other=`."""
+    return len(args) == 2 and "other" not in keywords
 
+
+@runner(old=("base", "other"), old_when=_older_diff)
+def diff(base: str | Path, out: str | Path | None = None, settings=None, runtime: Runtime | None = None, *,
+         other: str | Path) -> pd.DataFrame:
+    """`other − base` per language × subset × method × metric of two compare directories (e.g. the
+    paper's instruct − base), with paired bootstrap intervals for accuracy differences (`babelprobe diff`);
+    written to `out`/difference.csv when `out` is given. The runner door's form `diff(base, out,
+    other=...)` (no settings, no model); the older `diff(base, other)` too."""
+    from babelprobe.analysis import methods
+    from babelprobe.tables import check_out_dir, write_table
+
+    check_inputs(base=(base, "compare"), other=(other, "compare"))  # both: before anything is written
+    if out is not None:
+        check_out_dir(out)
     a, b = CompareResult.read(base), CompareResult.read(other)
-    return methods.difference(a.summary, b.summary, a.items, b.items)
+    table = methods.difference(a.summary, b.summary, a.items, b.items)
+    if out is not None:
+        write_table(table, Path(out) / DIFFERENCE)
+    return table
 
 
 # -------------------------------------------------------------------------------------- stage helpers

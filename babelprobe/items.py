@@ -45,6 +45,7 @@ import pandas as pd
 from babelprobe.bundled import DATA, bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import iso_codes, language_codes, language_table, separator
+from babelprobe.paths import check_readable
 from babelprobe.tables import decode_json_lists, read_text, write_table
 
 REQUIRED = ("item_id", "pair_id", "language", "subset", "label", "text")
@@ -143,6 +144,8 @@ def _read_source(source: str, language: str | None) -> tuple[pd.DataFrame, list[
         frame = _from_hub(source[3:], language)
         return validate(frame, source), frame.attrs.get("skipped", [])
     path = Path(source).expanduser()
+    if path.exists():  # an unreadable file or folder: one line, not the reader's PermissionError
+        check_readable(path, f"item source {source}")
     if path.is_dir():
         parts = [read_records(p, language) for p in sorted(path.iterdir()) if p.suffix in READERS]
         if not parts:

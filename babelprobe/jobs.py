@@ -17,7 +17,7 @@ SLURM they are submitted with an `afterok` dependency on its extract job. When e
 `collect` writes CELL/neuro.csv and CELL/neuro.peaks.csv (the batches joined) and OUT/summary.csv (the
 peak layer of every cell × group).
 
-`sweep(models, item_sets, out, settings)` (`bp.sweep`, `babelprobe sweep`) plans, checks the run directory
+`sweep(item_sets, out, settings, runtime, models=...)` (`bp.sweep`, `babelprobe sweep`) plans, checks the run directory
 and runs: `OUT/sweep.json` records the sweep's identity (models, item sets, slices and `SweepSettings`;
 `runs.open_run`): the same command again resumes; other settings are refused unless `overwrite`.
 """
@@ -34,9 +34,11 @@ import pandas as pd
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.settings import ExtractSettings
+from babelprobe.inputs import check_input
 from babelprobe.probes.settings import ProbeSettings
 from babelprobe.runs import LAYOUTS
-from babelprobe.settings import Nested, at_least, block, block_record, given, option, settings_record
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import Nested, at_least, block, block_record, option, settings_record
 from babelprobe.tables import atomic_path, write_table
 
 EXECUTORS = ("local", "slurm")
@@ -262,16 +264,31 @@ class SweepReport:
         return done + (f"; summary in {self.summary}" if self.summary else "")
 
 
-def sweep(models: list[str], item_sets: list[str], out: str | Path, settings: SweepSettings | None = None, *,
-          slices: list | None = None, subsets: list[str] | None = None, limit: int | None = None,
-          executor: str = "local", slurm: dict | None = None, wait: bool = False, dry_run: bool = False,
-          placement: dict | None = None, overwrite: bool = False, progress=print, cluster: str | None = None,
-          **values) -> SweepReport:
-    """Plan the jobs of models × item sets × language `slices` (`plan`), record the sweep's identity in
-    OUT/sweep.json and run (or submit) those not done yet (`run_sweep`); `dry_run` plans only (the
-    report's `planned` lists (job id, done)). `placement`: how each model is loaded and batched (device,
-    model_dtype, device_map, max_memory, batch_tokens, shard_size; model_dtype is part of the identity)."""
-    settings = given(SweepSettings, settings, values)
+# the runtime's fields that say how each job loads and batches its model (`placement`)
+PLACEMENT = ("batch_tokens", "device", "model_dtype", "device_map", "max_memory")
+
+
+@runner(SweepSettings, old=("models", "items", "out", "settings"), batch_tokens=8192)
+def sweep(items: list[str], out: str | Path, settings: SweepSettings | None = None, runtime: Runtime | None = None,
+          *, models: list[str] | None = None, slices: list | None = None, subsets: list[str] | None = None,
+          limit: int | None = None, executor: str = "local", slurm: dict | None = None, wait: bool = False,
+          dry_run: bool = False, shard_size: int | None = None, placement: dict | None = None,
+          cluster: str | None = None) -> SweepReport:
+    """Plan the jobs of `models` × item sets (`items`) × language `slices` (`plan`), record the sweep's identity
+    in OUT/sweep.json and run (or submit) those not done yet (`run_sweep`); `dry_run` plans only (the report's
+    `planned` lists (job id, done)). `runtime`: each job's placement and batching (`device`, `model_dtype`,
+    `device_map`, `max_memory`, `batch_tokens`; model_dtype is part of the identity), `overwrite`, and
+    `progress` (a line per job; the older keyword `progress=print` names the printer); `models`: the specs
+    swept (default: the runtime's model). `shard_size`: items per store shard. The older `sweep(models,
+    item_sets, out, settings, placement={...}, overwrite=...)` too (docs/design.md "Runtime, settings,
+    runners")."""
+    models = list(models) if models else [runtime.model]
+    for item_set in items:
+        check_input("items", item_set, "items")
+    item_sets, overwrite = items, runtime.overwrite
+    progress = runtime.progress if callable(runtime.progress) else print if runtime.progress else _quiet
+    if placement is None:
+        placement = {**{name: getattr(runtime, name) for name in PLACEMENT}, "shard_size": shard_size}
     if limit is not None and limit < 1:
         raise BabelprobeError(f"--limit must be at least 1, got {limit}")
     if executor not in EXECUTORS:
@@ -294,6 +311,10 @@ def sweep(models: list[str], item_sets: list[str], out: str | Path, settings: Sw
     open_run(out, identity, manifest=MANIFEST, overwrite=overwrite, what="a sweep",
              outputs=(".jobs", "summary.csv", *dict.fromkeys(job.cell.split("/")[0] for job in jobs)))
     return run_sweep(jobs, executor, slurm=slurm, wait=wait, progress=progress, cluster=cluster)
+
+
+def _quiet(line: str) -> None:
+    """The printer of a sweep without progress lines."""
 
 
 def run_sweep(jobs: list[Job], executor: str = "local", *, slurm: dict | None = None, wait: bool = False,

@@ -22,9 +22,10 @@ else its `dataset_name`, else its name (`LANGUAGE_ALIASES`, ISO 639-3 and Belebe
 data/bridges/configs.csv, English language names), else `--language`.
 
 Refused in one line before any data set is read: the harness not installed (the `lm-eval` extra), an
-unknown task, a task that is not `multiple_choice` (its output type named), a missing include folder. A
-task with several gold answers per document (`multiple_target`) is refused after it is built; a document
-whose gold index is outside its choices (the harness warns and scores it wrong) is skipped and counted.
+unknown task, a task that is not `multiple_choice` (its output type named), a missing include folder, a
+task's local data file missing or unreadable (`check_data_files`). A task with several gold answers per
+document (`multiple_target`) is refused after it is built; a document whose gold index is outside its
+choices (the harness warns and scores it wrong) is skipped and counted.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING
 from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import bridge_configs, codes_by_name, language_codes
+from babelprobe.paths import check_path
 from babelprobe.questions import options
 
 if TYPE_CHECKING:
@@ -262,6 +264,8 @@ def load(source: str, languages: list[str] | None = None, limit: int | None = No
         if missing:
             raise BabelprobeError(f"{source}: no task in language {', '.join(missing)}; its tasks' languages are "
                                   f"{', '.join(sorted(have))}")
+    for leaf, _ in chosen:  # every task's local files, before the first data set is read
+        check_data_files(leaf)
     parts, read, skipped, tasks = [], Counter(), [], {}
     for leaf, lang in chosen:
         task = build(leaf, parsed)
@@ -280,6 +284,24 @@ def load(source: str, languages: list[str] | None = None, limit: int | None = No
     if report:
         report_skipped(items, str(source))
     return items
+
+
+def check_data_files(leaf: Leaf) -> None:
+    """A task's local data files (`dataset_kwargs: {data_files: ...}` beside `dataset_path: json`, csv, ...)
+    there and readable: one line naming the task and the file, instead of the data set library's traceback
+    midway through the tasks. Globs and URLs are left to the data set library."""
+    for file in local_data_files(leaf.config or {}):
+        check_path(file, f"lm-evaluation-harness task {leaf.name!r} cannot be built: data file {file}", "file")
+
+
+def local_data_files(config: dict) -> list[Path]:
+    """The plain local paths among a task config's `dataset_kwargs.data_files` (a path, a list, or a dict of
+    split -> path or list)."""
+    files = (config.get("dataset_kwargs") or {}).get("data_files") if isinstance(config, dict) else None
+    values = files.values() if isinstance(files, dict) else [files]
+    paths = [v for value in values for v in (value if isinstance(value, (list, tuple)) else [value])]
+    return [Path(p).expanduser() for p in paths
+            if isinstance(p, str) and "://" not in p and not any(c in p for c in "*?[")]
 
 
 def build(leaf: Leaf, source: Source):

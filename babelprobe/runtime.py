@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -145,15 +146,22 @@ def as_runtime(runtime: Runtime | None = None, model=None, load_options: dict | 
     return Runtime(**({"model": model} if model is not None else {}), **values)
 
 
-def runner(settings_class=None, old: tuple[str, ...] = (), **defaults):
+def runner(settings_class=None, old: tuple[str, ...] = (), old_when=None, renamed: dict | None = None, **defaults):
     """The door of a runner `fn(items, out, settings, runtime, **inputs)` (module docstring).
 
     The wrapped function receives `settings` resolved (an instance of `settings_class`: the object given, or
     its fields given as keywords; both is an error) and `runtime` resolved (`as_runtime`; `defaults`: the
-    runner's own defaults of runtime fields, e.g. `batch_tokens=8192`, for a runtime made of keywords). `old`
-    names the positional parameters of the older form `fn(model, items, out, ...)`: a call whose first
-    argument is a loaded model, or whose positional arguments cannot be the new form (a path where the
-    settings go, or `out` given twice), is read that way."""
+    runner's own defaults of runtime fields, e.g. `batch_tokens=8192`, for a runtime made of keywords).
+
+    The older forms: `old` names the positional parameters of the older form `fn(model, items, out, ...)`
+    (in the new form's names: `model` and the runtime's fields go to the runtime); a call whose first argument
+    is a loaded model or a runtime, or whose positional arguments cannot be the new form (a path where the
+    settings go, something other than a path where `out` goes, or `out` given twice), is read that way.
+    `old_when(args, keywords)` tells the older form instead, for a runner those rules cannot tell
+    (`run_benchmark(name, model, ...)`: a benchmark's name first). `renamed` maps older keyword names to the
+    new ones (`source` -> `items`). A runtime where the older form has its model (the benchmarks' `Models`)
+    is the runtime, the runtime options given beside it replacing its own, as that form did."""
+    renamed = dict(renamed or {})
 
     def wrap(fn):
         parameters = inspect.signature(fn).parameters
@@ -162,7 +170,8 @@ def runner(settings_class=None, old: tuple[str, ...] = (), **defaults):
 
         @functools.wraps(fn)
         def call(*args, **keywords):
-            if args and old and _old_form(args, keywords):
+            keywords = {renamed.get(k, k): v for k, v in keywords.items()}
+            if args and old and (old_when(args, keywords) if old_when is not None else _old_form(args, keywords)):
                 if len(args) > len(old):
                     raise TypeError(f"{fn.__name__}({', '.join(old)}) got {len(args)} positional arguments")
                 keywords = {**dict(zip(old, args)), **keywords}
@@ -177,6 +186,8 @@ def runner(settings_class=None, old: tuple[str, ...] = (), **defaults):
             if "model_options" in runtime_values:  # the old name of load_options (sae_features)
                 runtime_values["load_options"] = runtime_values.pop("model_options")
             runtime = keywords.pop("runtime", None)
+            if runtime is None and is_runtime(runtime_values.get("model")):
+                runtime, runtime_values = _held(runtime_values), {}
             if runtime is None:
                 runtime_values = {**defaults, **{k: v for k, v in runtime_values.items() if v is not None}}
             runtime = as_runtime(runtime, **runtime_values)
@@ -194,12 +205,41 @@ def runner(settings_class=None, old: tuple[str, ...] = (), **defaults):
     return wrap
 
 
+def _held(values: dict):
+    """The older forms' runtime given as their model (`runner`'s docstring): that runtime, with the runtime
+    options given beside it (not None) in place of its own."""
+    held = values.pop("model")
+    given_ = {k: v for k, v in values.items() if v is not None and k in FIELDS}
+    leftover = sorted(k for k, v in values.items() if v is not None and k not in FIELDS)
+    if leftover:
+        raise BabelprobeError(f"pass a runtime or its options, not both (got a runtime and {', '.join(leftover)})")
+    if not given_:
+        return held
+    if isinstance(held, Runtime):
+        return held.replace(**given_)
+    import copy
+
+    held = copy.copy(held)  # the benchmarks' Models: its runtime replaced, the caller's left as it was
+    held.runtime = held.runtime.replace(**given_)
+    return held
+
+
 def _old_form(args: tuple, keywords: dict) -> bool:
-    """Whether positional `args` are the older `(model, items, out, ...)`: a loaded model first, a path
-    where the new form has its settings, or `out` given as a keyword beside two positional arguments."""
+    """Whether positional `args` are the older `(model, items, out, ...)`: a loaded model or a runtime first,
+    something other than a path where the new form has its `out` (`probe(store, settings)`), a path where it
+    has its settings, or `out` given as a keyword beside two positional arguments."""
     first = args[0]
     if not isinstance(first, (str, Path)) and hasattr(first, "fingerprint") and hasattr(first, "tokenizer"):
+        return True
+    if is_runtime(first):
+        return True
+    if len(args) >= 2 and args[1] is not None and not isinstance(args[1], (str, os.PathLike)):
         return True
     if len(args) >= 3 and isinstance(args[2], (str, Path)):
         return True
     return len(args) == 2 and "out" in keywords
+
+
+def is_runtime(value) -> bool:
+    """A `Runtime`, or what holds one as `runtime` (the benchmarks' `Models`: a runtime and generators)."""
+    return isinstance(value, Runtime) or isinstance(getattr(value, "runtime", None), Runtime)

@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,11 +93,36 @@ def world(tmp_path_factory):
     (root / "mmlu.json").write_text(json.dumps([{"question": "Which animal can bark?", "choices": ["dog", "cat", "fish"],
                                                  "answer": "dog"}]), encoding="utf-8")  # pitfalls-search's seeds
     paths["seeds"] = root / "mmlu.json"
+    paths.update(task_folder(root / "tasks"))
     paths.update({name: root / f for name, f in (("empty", "empty.jsonl"), ("malformed", "malformed.jsonl"),
                                                  ("empty_dir", "empty_dir"), ("concepts_empty", "concepts_empty.csv"),
                                                  ("concepts_header", "concepts_header.csv"))})
     paths["root"] = root
     return paths
+
+
+def task_folder(folder: Path) -> dict:
+    """lm-evaluation-harness task files of the installed harness's XCOPA-et task on local data (the bundled
+    sample's file): `xcopa_et`, `xcopa_et_missing` (its data file not there) and `xcopa_et_locked` (its data file
+    a case makes unreadable). Without the harness installed the folder is there and empty."""
+    import importlib.util
+
+    from babelprobe.bundled import bundled_sets
+
+    folder.mkdir()
+    (folder.parent / "task_data").mkdir()
+    locked = folder.parent / "task_data" / "locked.jsonl"  # not in the task folder, whose files are checked
+    data = bundled_sets("lm-eval")["lm-eval-sample"].location / "xcopa_et.jsonl"
+    locked.write_bytes(data.read_bytes())
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is not None:
+        installed = Path(spec.submodule_search_locations[0]) / "tasks" / "xcopa" / "default_et.yaml"
+        for task, file in (("xcopa_et", data), ("xcopa_et_missing", folder / "missing.jsonl"),
+                           ("xcopa_et_locked", locked)):
+            config = {"include": str(installed), "task": task, "dataset_path": "json", "dataset_name": None,
+                      "dataset_kwargs": {"data_files": {"validation": str(file), "test": str(file)}}}
+            (folder / f"{task}.yaml").write_text(json.dumps(config), encoding="utf-8")  # JSON is YAML
+    return {"tasks_dir": folder, "locked_data": locked, "lm_items": f"lm-eval:xcopa_et@{folder}"}
 
 
 def snapshot(root: Path) -> dict:
@@ -123,6 +149,7 @@ BASE = {
     ("items", "list"): "items list",
     ("items", "show"): "items show {source} --limit 1",
     ("items", "convert"): "items convert multiblimp {source} --limit 1 --out {out}.jsonl",
+    ("items", "from-lm-eval"): "items from-lm-eval {tasks} --include-path {include_path} --limit 1 --out {out}.jsonl",
     ("score", "direct"): "score direct --model {model} --items {items} --out {out}.csv",
     ("score", "meta"): "score meta --model {model} --items {items} --out {out}.csv",
     ("extract",): "extract --model {model} --items {items} --out {out}",
@@ -143,6 +170,8 @@ BASE = {
     ("bench", "pitfalls-search"): "bench pitfalls-search --model {model} --items {items} --languages Chinese --out {out}",
     ("bench", "pitfalls-affinity"): "bench pitfalls-affinity --model {model} --items {items} --out {out}",
     ("bench", "figures"): "bench figures {runs} --out {out}",
+    ("bench", "lm-eval"): "bench lm-eval --model {model} --tasks {tasks} --include-path {include_path} --limit 1 "
+                          "--out {out}",
     ("sweep",): "sweep --models {model} --items {items} --out {out}",
 }
 SAMPLES = {"stingray": "stingray-sample", "eclektic": "eclektic-sample", "consistency": "consistency-sample",
@@ -153,10 +182,13 @@ for _name in SAMPLES:
 # What each slot holds unless a case says otherwise.
 DEFAULTS = {"model": "model", "items": "items", "acts": "acts", "probes": "cmp", "compare": "cmp", "base": "cmp",
             "other": "cmp_other", "sae": "sae", "neurons": "neurons", "results": "cmp", "runs": "bench", "source": "items",
-            "corpus": "corpus", "concepts": "concepts_header", "transfer_table": "items"}
+            "corpus": "corpus", "concepts": "concepts_header", "transfer_table": "items", "include_path": "tasks_dir",
+            "locked_data": "locked_data"}
 SLOT_DEFAULTS = {("items", "convert"): {"source": "multiblimp-sample"},
-                 **{("bench", name): {"items": sample} for name, sample in SAMPLES.items()}}
-SLOT_WORLD = {("bench", "pitfalls-search"): {"items": "seeds"}}  # slots filled from the world, by command
+                 **{("bench", name): {"items": sample} for name, sample in SAMPLES.items()},
+                 ("items", "from-lm-eval"): {"tasks": "xcopa_et"}, ("bench", "lm-eval"): {"tasks": "xcopa_et"}}
+SLOT_WORLD = {("bench", "pitfalls-search"): {"items": "seeds"},  # slots filled from the world, by command
+              ("bench", "lm-eval"): {"items": "lm_items"}}
 # An input that the smallest run does not name, with the invocation that does.
 WITH_INPUT = {
     ("intervene", "--neurons"): "intervene --model {model} --items {items} --method neurons --neurons {neurons} "
@@ -176,6 +208,7 @@ WITH_INPUT = {
     ("compare", "--acts"): "compare --model {model} --items {items} --acts {acts} --folds 2 --out {out}",
     ("report", "--other"): "report --results {results} --other {other} --out {out}",
     ("report", "--transfer-table"): "report --results {results} --transfer-table {transfer_table} --out {out}",
+    ("bench lm-eval", "--items"): "bench lm-eval --model {model} --items {items} --limit 1 --out {out}",
 }
 
 
@@ -189,6 +222,8 @@ class Case:
     needles: tuple = ()       # what the error line must say
     unreadable: str | None = None  # a slot whose path this process cannot read
     out: str | None = None    # what --out is before the run: "file", "dir" or a run kind
+    needs: tuple = ()         # optional packages the case needs (skipped without them)
+    without: tuple = ()       # packages that do not import in the case (an extra not installed)
 
     @property
     def id(self) -> str:
@@ -242,12 +277,17 @@ def generic_cases(command: Command) -> list[Case]:
         if template is None:
             continue
         shown = name if name.startswith("-") else ""
+        if sort in ("tasks", "lm-eval"):
+            cases += task_cases(command, name, sort, template)
+            continue
         if sort == "items":
             add(f"{name} missing file", template=template, slots={slot: "=missing.jsonl"}, needles=("missing.jsonl",))
             add(f"{name} empty file", template=template, slots={slot: "empty"}, needles=("empty.jsonl",))
             add(f"{name} unreadable", template=template, slots={slot: "items"}, unreadable=slot,
                 needles=("items.jsonl", "permission denied"))
             add(f"{name} malformed", template=template, slots={slot: "malformed"}, needles=("malformed.jsonl",))
+            add(f"{name} lm-eval:TASK@DIR, DIR missing", template=template, slots={slot: "=lm-eval:xcopa_et@nowhere"},
+                needles=(shown, "task folder nowhere", "no such directory"))
             continue
         if sort == "corpus":  # a bundled name or hf: is not a path: the corpus loader explains a missing one
             add(f"{name} missing", template=template, slots={slot: "=nowhere"}, needles=("nowhere",))
@@ -283,6 +323,33 @@ def generic_cases(command: Command) -> list[Case]:
         add("--layers beyond the model", extra=("--layers", "99"), needles=("--layers", "99"))
     if "--model" in flags and "{model}" in base:
         add("--model missing", slots={"model": "=no-such-model"}, needles=("no-such-model",))
+    return cases
+
+
+def task_cases(command: Command, name: str, sort: str, template: str) -> list[Case]:
+    """lm-evaluation-harness tasks (`tasks`: names beside --include-path; `lm-eval`: a source lm-eval:TASK@DIR):
+    an unknown task, a generation task, a task whose local data file is missing or unreadable, the lm-eval
+    extra not installed; a source that is an item file, or whose task folder is missing."""
+    slot, shown = slot_of(name), name if name.startswith("-") else ""
+    named = (lambda task: f"=lm-eval:{task}@{{tasks_dir}}") if sort == "lm-eval" else (lambda task: f"={task}")
+    case = lambda what, **kw: Case(command, f"{name} {what}", template, **kw)  # noqa: E731
+    cases = [
+        case("an unknown task", slots={slot: named("xcopa_ett")}, needs=("lm_eval",),
+             needles=("unknown lm-evaluation-harness task 'xcopa_ett'", "did you mean xcopa_et")),
+        case("a generation task", slots={slot: named("gsm8k")}, needs=("lm_eval",),
+             needles=("'gsm8k' is a generate_until task", "multiple_choice tasks only")),
+        case("a task whose data file is missing", slots={slot: named("xcopa_et_missing")}, needs=("lm_eval",),
+             needles=("'xcopa_et_missing' cannot be built", "missing.jsonl", "no such file")),
+        case("a task whose data file is unreadable", slots={slot: named("xcopa_et_locked")}, needs=("lm_eval",),
+             unreadable="locked_data", needles=("'xcopa_et_locked' cannot be built", "locked.jsonl",
+                                                "permission denied")),
+        case("without the lm-eval extra installed", without=("lm_eval",), needles=("need the lm_eval package",
+                                                                                  "babelprobe[lm-eval]")),
+    ]
+    if sort == "lm-eval":
+        cases += [case("an item file, not tasks", slots={slot: "items"}, needles=(shown, "items.jsonl", "tasks")),
+                  case("lm-eval:TASK@DIR, DIR missing", slots={slot: "=lm-eval:xcopa_et@nowhere"},
+                       needles=(shown, "task folder nowhere", "no such directory"))]
     return cases
 
 
@@ -361,6 +428,19 @@ def hand_cases() -> list[Case]:
         c(("sweep",), "contradiction: --folds 1", BASE[("sweep",)], extra=("--folds", "1"), needles=("--folds",)),
         c(("bench", "pitfalls-search"), "contradiction: no --languages",
           BASE[("bench", "pitfalls-search")].replace("--languages Chinese ", ""), needles=("--languages",)),
+        c(("bench", "lm-eval"), "contradiction: --tasks with --items", BASE[("bench", "lm-eval")],
+          extra=("--items", "{items}"), needles=("--tasks", "--items")),
+        c(("bench", "lm-eval"), "contradiction: --include-path without --tasks",
+          BASE[("bench", "lm-eval")].replace("--tasks {tasks} ", ""), needles=("--include-path", "--tasks")),
+        # lm-evaluation-harness tasks read by the other commands (items.load_items), before the model loads
+        c(("compare",), "lm-eval: an unknown task in --items", BASE[("compare",)],
+          slots={"items": "=lm-eval:xcopa_ett@{tasks_dir}"}, needs=("lm_eval",),
+          needles=("unknown lm-evaluation-harness task 'xcopa_ett'",)),
+        c(("extract",), "lm-eval: a task's unreadable data file in --items", BASE[("extract",)],
+          slots={"items": "=lm-eval:xcopa_et_locked@{tasks_dir}"}, unreadable="locked_data", needs=("lm_eval",),
+          needles=("locked.jsonl", "permission denied")),
+        c(("items", "from-lm-eval"), "--out exists, no --overwrite", BASE[("items", "from-lm-eval")], out="file",
+          needs=("lm_eval",), needles=("exists", "--overwrite")),
     ]
 
 
@@ -385,8 +465,8 @@ def argv_of(case: Case, world: dict, out: Path) -> tuple[list[str], dict]:
     values = {slot: world[name] for slot, name in DEFAULTS.items() if name in world}
     values.update({slot: value for slot, value in SLOT_DEFAULTS.get(case.command.path, {}).items()})
     values.update({slot: world[name] for slot, name in SLOT_WORLD.get(case.command.path, {}).items()})
-    for slot, name in case.slots.items():
-        values[slot] = name[1:] if name.startswith("=") else world[name]
+    for slot, name in case.slots.items():  # a literal (=...) may name a world path: {tasks_dir}
+        values[slot] = name[1:].format(**{k: str(v) for k, v in world.items()}) if name.startswith("=") else world[name]
     values["out"] = out
     values["cmp"] = world["cmp"]
     values["neurons"] = values.get("neurons", world["neurons"])
@@ -427,6 +507,10 @@ def test_bad_input_is_one_line_before_the_model_loads_and_changes_nothing(case, 
     def no_loading(*args, **kwargs):
         raise AssertionError(f"{case.id}: the model was loaded before the input was refused")
 
+    for module in case.needs:
+        pytest.importorskip(module)
+    for module in case.without:  # `import module` raises ImportError
+        monkeypatch.setitem(sys.modules, module, None)
     monkeypatch.setattr(babelprobe.models, "load_model", no_loading)
     monkeypatch.setattr(babelprobe.models, "load_remote_model", no_loading)
     argv, values = argv_of(case, world, out_path(case, tmp_path))
@@ -446,6 +530,75 @@ def test_bad_input_is_one_line_before_the_model_loads_and_changes_nothing(case, 
         assert needle in lines[0], f"{case.id}: {needle!r} not in {lines[0]!r}"
     assert snapshot(world["root"]) == before_world, f"{case.id}: an input or another run changed"
     assert snapshot(tmp_path) == before_run, f"{case.id}: something was written"
+
+
+# ------------------------------------------------------------------------------- the library's doors
+
+# Each runner with an input it reads (by its parameter's name) and the world entry made unreadable there: the
+# runner refuses it with the line the command line gives (`inputs.check_input`, the registry's own check), the
+# parameter in place of the flag, before the model loads.
+LIBRARY = {
+    "probe": (lambda w, o: __import__("babelprobe").probe(w["acts"], o / "n.csv", folds=2), "store", "acts"),
+    "compare": (lambda w, o: __import__("babelprobe").compare(w["items"], o, acts=w["acts"], folds=2,
+                                                                model=str(w["model"])), "acts", "acts"),
+    "diff": (lambda w, o: __import__("babelprobe").diff(w["cmp"], o, other=w["cmp_other"]), "other", "cmp_other"),
+    "intervene --probes": (lambda w, o: __import__("babelprobe").intervene(
+        w["items"], o, probes=w["cmp"], layers="1", model=str(w["model"])), "probes", "cmp"),
+    "intervene --neurons": (lambda w, o: __import__("babelprobe").intervene(
+        w["items"], o, neurons=w["neurons"], methods="neurons", off="en", readouts="direct", model=str(w["model"])),
+        "neurons", "neurons"),
+    "language_neurons": (lambda w, o: __import__("babelprobe").language_neurons(
+        None, o, corpus=w["empty_dir"], model=str(w["model"])), "corpus", "empty_dir"),
+    "patch_pairs": (lambda w, o: __import__("babelprobe").patch_pairs(w["items"], o, compare=w["cmp"],
+                                                                      model=str(w["model"])), "compare", "cmp"),
+    "patch_translation": (lambda w, o: __import__("babelprobe").patch_translation(
+        w["concepts_header"], o, model=str(w["model"])), "concepts", "concepts_header"),
+    "lens": (lambda w, o: __import__("babelprobe").lens(None, o, acts=w["acts"], model=str(w["model"])), "acts", "acts"),
+    "align": (lambda w, o: __import__("babelprobe").align(None, o, compare=w["cmp"]), "compare", "cmp"),
+    "sae_features": (lambda w, o: __import__("babelprobe").sae_features(w["items"], o, sae=w["sae"], folds=2,
+                                                                        model=str(w["model"])), "sae", "sae"),
+    "train_sae": (lambda w, o: __import__("babelprobe").train_sae(w["acts"], o, layers=2, width=16, steps=2),
+                  "acts", "acts"),
+    "write_report": (lambda w, o: __import__("babelprobe").write_report(w["cmp"], o), "results", "cmp"),
+    "run_benchmark": (lambda w, o: __import__("babelprobe").run_benchmark(w["items"], o, name="stingray",
+                                                                          model=str(w["model"])), "items", "items"),
+    "plot_runs": (lambda w, o: __import__("babelprobe").plot_runs([w["bench"]], o), "runs", "bench"),
+    "score_pairs": (lambda w, o: __import__("babelprobe").score_pairs(w["items"], o / "d.csv", method="direct",
+                                                                      model=str(w["model"])), "items", "items"),
+    "sweep": (lambda w, o: __import__("babelprobe").sweep([str(w["items"])], o, models=[str(w["model"])]),
+              "items", "items"),
+}
+
+
+@pytest.mark.parametrize("runner", LIBRARY)
+def test_a_runner_refuses_an_unreadable_input_as_the_command_line_does(runner, world, tmp_path, monkeypatch):
+    import babelprobe.models
+    from babelprobe.errors import BabelprobeError
+
+    call, name, entry = LIBRARY[runner]
+    monkeypatch.setattr(babelprobe.models, "load_model", lambda *a, **k: pytest.fail(f"{runner} loaded the model"))
+    denied, real = Path(world[entry]), os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if (
+        mode & os.R_OK and (Path(path) == denied or denied in Path(path).parents)) else real(path, mode, *a, **k))
+    before = snapshot(world["root"])
+    with pytest.raises(BabelprobeError) as refused:
+        call(world, tmp_path / "out")
+    assert str(refused.value) == f"{name} {denied}: permission denied (not readable by this user); fix its " \
+                                 "permissions or point elsewhere"
+    assert snapshot(world["root"]) == before and not (tmp_path / "out").exists()
+
+
+def test_a_truncated_store_and_an_unreadable_item_file_in_the_library(world, monkeypatch):
+    import babelprobe as bp
+    from babelprobe.errors import BabelprobeError
+
+    with pytest.raises(BabelprobeError, match=f"store {world['acts_truncated']}: .*shard-00000.h5"):
+        bp.probe(world["acts_truncated"], folds=2)  # every shard opens: before the sweep reads one
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == world["items"] else
+                        real(path, mode, *a, **k))
+    with pytest.raises(BabelprobeError, match=f"item source {world['items']}: permission denied"):
+        bp.load_items(str(world["items"]))  # was the reader's PermissionError traceback
 
 
 def test_the_catalogue_has_every_case_of_the_issue_and_more_than_150():

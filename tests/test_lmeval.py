@@ -270,6 +270,19 @@ def test_the_bridges_are_presets_of_the_same_path(task_dir, harness_lm):
         assert bridge[column].tolist() == harness[column].tolist(), column
 
 
+def test_the_bench_runner_takes_the_canonical_form_and_the_contracts(task_dir, harness_lm, tmp_path):
+    """`run(items, out, settings, runtime)` (a source or what `load` read), and the benchmark contract's
+    `run(data, models, settings, out, progress)` that `run_benchmark` calls: the same rows."""
+    from babelprobe.benchmarks.base import Models
+    from babelprobe.runtime import Runtime
+
+    data = bench_lmeval.load(source(task_dir, "xcopa_local"))
+    old = bench_lmeval.run(data, Models(harness_lm, progress=False), None, tmp_path / "old")
+    new = bench_lmeval.run(source(task_dir, "xcopa_local"), tmp_path / "new", None,
+                           Runtime(model=harness_lm, progress=False))
+    assert new.drop(columns=["model"], errors="ignore").equals(old.drop(columns=["model"], errors="ignore"))
+
+
 # ------------------------------------------------------------------------------------- the commands
 
 @pytest.fixture(scope="module")
@@ -308,14 +321,21 @@ def test_bench_lm_eval_writes_rows_summary_and_figures(task_dir, harness_dir, tm
         assert (out / f"{figure}.png").exists()
 
 
-def test_compare_joins_harness_items_and_report_draws_the_peak_layers(task_dir, harness_dir, both, tmp_path, capsys):
-    """compare on harness items: direct (full texts: with one context per document, the harness's choice, since
+def test_compare_joins_harness_items_and_draws_the_peak_layers(task_dir, harness_dir, both, tmp_path, capsys):
+    """compare on harness items (issue 42: `compare --items lm-eval:xcopa_et,xcopa_zh@DIR` writes the joined table
+    and the peak-layer figure): direct (full texts: with one context per document, the harness's choice, since
     the context's log-prob is the same for every option), neuro (the gold option's state against the others',
-    folds keeping a document's options together) joined per document; the probe target is recorded; `report`
-    draws the peak layer per language × task."""
+    folds keeping a document's options together) joined per document; the probe target is recorded; compare
+    draws the peak layer per language × task itself, the figure `report` draws from the same directory."""
+    from PIL import Image
+
     out = tmp_path / "cmp"
-    assert main(["compare", "--items", source(task_dir, "xcopa_local"), "--model", str(harness_dir), "--folds", "2",
-                 "--out", str(out), "--no-progress"]) == 0
+    assert main(["compare", "--items", source(task_dir, "xcopa_et", "xcopa_zh"), "--model", str(harness_dir),
+                 "--folds", "2", "--out", str(out), "--no-progress"]) == 0
+    assert "figures peak_heatmap, method_bars" in capsys.readouterr().out
+    drawn = out / "figures" / "peak_heatmap.png"
+    with Image.open(drawn) as image:
+        assert image.format == "PNG" and min(image.size) > 100
     joined = pd.read_csv(out / "items.csv")
     assert len(joined) == 8 and {"direct_correct", "neuro_correct"} <= set(joined.columns)
     harness = both[0].set_index("pair_id")  # the harness's LLs (checked against simple_evaluate above)
@@ -323,9 +343,8 @@ def test_compare_joins_harness_items_and_report_draws_the_peak_layers(task_dir, 
     assert joined.set_index("pair_id")["direct_correct"].astype(bool).to_dict() == strict.loc[joined["pair_id"]].to_dict()
     recorded = json.loads((out / "compare.json").read_text())
     assert "gold option" in recorded["probe_target"]
-    capsys.readouterr()
     assert main(["report", "--results", str(out), "--out", str(tmp_path / "report")]) == 0
-    assert (tmp_path / "report" / "peak_heatmap.png").exists()
+    assert (tmp_path / "report" / "peak_heatmap.png").read_bytes() == drawn.read_bytes()  # the same figure
 
 
 def test_compare_conditional_is_the_harness_choice_under_multiple_input(task_dir, harness_dir, both, tmp_path):
@@ -389,7 +408,7 @@ def test_without_the_extra_installed_it_is_one_line_before_any_model(monkeypatch
 def test_a_missing_task_folder_and_an_unreadable_data_file(task_dir, tmp_path, capsys):
     out = tmp_path / "x.jsonl"
     fails(["items", "from-lm-eval", "xcopa_et", "--include-path", tmp_path / "nowhere", "--out", out], capsys,
-          "is not a directory")
+          "--include-path", "nowhere: no such directory")
     fails(["items", "from-lm-eval", "xcopa_et_missing", "--include-path", task_dir, "--out", out], capsys,
           "task 'xcopa_et_missing' cannot be built")
     assert not out.exists()

@@ -100,6 +100,23 @@ def test_hand_3x3_case_through_the_pipeline(found, tmp_path, tiny_long_dir, monk
     assert (report / "pitfalls_fig7.png").exists() and (report / "report.md").exists()
 
 
+def test_run_affinity_canonical_and_old_form_are_one_run(found, tmp_path, tiny_long_dir, monkeypatch):
+    """`run_affinity(items, out, settings, runtime)` and the older `run_affinity(model, source, out, ...,
+    protocol=...)`: the same answers and matrices (the scripted answerer of the test above)."""
+    from babelprobe.analysis.benchmarks import run_affinity
+    from babelprobe.benchmarks.pitfalls.settings import AffinitySettings
+    from babelprobe.runtime import Runtime
+    from babelprobe.settings import settings_for
+
+    scripted = Scripted()
+    monkeypatch.setattr(Models, "generator", lambda self, spec: scripted)
+    old = run_affinity(str(tiny_long_dir), found, tmp_path / "old", protocol="paper", progress=False)
+    new = run_affinity(found, tmp_path / "new", settings_for(AffinitySettings, "paper"),
+                       Runtime(model=str(tiny_long_dir), progress=False, figures=False))
+    assert new.accuracy.equals(old.accuracy) and new.affinity.equals(old.affinity)
+    assert old.figures and not new.figures  # figures: a runtime option
+
+
 def test_expanding_the_bundled_sample_keeps_every_language():
     """The loader's report rides along in `attrs`; expanding several seed languages must not trip on it."""
     from babelprobe.benchmarks.pitfalls.search import expand_pairs

@@ -123,6 +123,21 @@ def test_the_old_form_keeps_a_positional_settings_and_refuses_more(tiny):
         echo_with_settings(tiny, "xcomps-sample", "neu/", settings, "one too many")
 
 
+def test_a_runtime_where_the_older_form_had_its_model_is_the_runtime(tiny):
+    """The older forms took a runtime (or the benchmarks' `Models`) as their model, with options beside it that
+    replaced its own: the door keeps that, without changing the caller's runtime."""
+    from babelprobe.benchmarks.base import Models
+
+    given_ = Runtime(model=tiny, batch_tokens=64)
+    runtime = echo(given_, "xcomps-sample", "neu/", progress=False)[3]
+    assert (runtime.lm, runtime.batch_tokens, runtime.progress, given_.progress) == (tiny, 64, False, True)
+    models = Models(tiny)
+    held = echo(models, "xcomps-sample", "neu/", progress=False)[3]
+    assert held.runtime.progress is False and models.runtime.progress is True and held.lm is tiny
+    with pytest.raises(BabelprobeError, match="not both"):
+        echo(given_, "xcomps-sample", "neu/", load_options={"device": "cpu"})
+
+
 def test_the_door_refuses_what_would_be_dropped(tiny):
     with pytest.raises(BabelprobeError, match="settings or keyword values, not both"):
         echo("x", "o", NeuronSettings(), top_rate=0.5)
@@ -156,7 +171,7 @@ def test_nested_settings_are_given_read_and_recorded_flat():
     assert (settings.folds, settings.fold_scheme, settings.reduction) == (5, "plain", "mean")
     record = settings_record(settings)
     assert record == {"protocol": "paper", "folds": 5, "fold_scheme": "plain", "seed": 3, "pool": "last",
-                      "rule": "sum", "reduction": "mean", "prompts": "xcomps", "layers": "peak"}
+                      "rule": "sum", "reduction": "mean", "prompts": "xcomps", "conditional": False, "layers": "peak"}
     assert from_record(CompareSettings, record) == settings
     assert settings.stage("neuro") == {"protocol": "paper", "folds": 5, "fold_scheme": "plain", "seed": 3,
                                        "pool": "last"}
@@ -173,3 +188,108 @@ def test_the_patch_protocols_share_one_block():
     assert pairs.shared == translation.shared == Shared(layers="1-2", seed=4)
     with pytest.raises(BabelprobeError, match="--n-boot must be at least 0"):
         given(PairsSettings, None, {"n_boot": -1})
+
+
+# --------------------------------------------------------------------- every runner through its doors
+
+def _store(seed: int = 0):
+    """An in-memory store of 12 pairs in two languages, 3 layers: label-1 items shifted along one axis."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    keys = pd.DataFrame([{"item_id": f"{lang}{i}-{label}", "pair_id": f"{lang}{i}", "language": lang, "subset": "s",
+                          "label": label} for lang in ("en", "de") for i in range(12) for label in (1, 0)])
+    values = rng.normal(size=(len(keys), 3, 8)).astype("float32")
+    values[keys["label"].to_numpy() == 1, :, 0] += 1.5
+    return bp.ArrayStore(keys, last=values)
+
+
+def test_probe_canonical_keywords_and_old_form_are_one_sweep(tmp_path):
+    from babelprobe.probes.settings import ProbeSettings
+
+    store, settings = _store(), ProbeSettings(folds=2, n_boot=0)
+    old = bp.probe(store, settings)
+    canonical = bp.probe(store, tmp_path / "neuro.csv", settings, Runtime(progress=False))
+    by_keywords = bp.probe(store, folds=2, n_boot=0)
+    for result in (canonical, by_keywords):
+        assert result.table[["language", "layer", "f1_mean"]].equals(old.table[["language", "layer", "f1_mean"]])
+    written = bp.ProbeResult.read(tmp_path / "neuro.csv")  # `out` given: written as `ProbeResult.write` writes
+    assert written.table["f1_mean"].tolist() == pytest.approx(old.table["f1_mean"].tolist())
+    with pytest.raises(BabelprobeError, match="unknown table format"):
+        bp.probe(store, tmp_path / "neuro.txt", settings)
+
+
+def test_score_pairs_canonical_and_old_form_and_what_they_refuse(tiny, tmp_path):
+    from babelprobe.benchmarks.scoring import DirectSettings, score_pairs
+
+    items = bp.load_items("xcomps-sample", languages=["en"], limit=2)
+    old = score_pairs("direct", tiny, items, tmp_path / "old.csv", DirectSettings(), batch_tokens=64, progress=False)
+    canonical = score_pairs(items, tmp_path / "new.csv", DirectSettings(), Runtime(model=tiny, batch_tokens=64,
+                                                                                  progress=False))
+    assert canonical[["pair_id", "score_good", "score_bad"]].equals(old[["pair_id", "score_good", "score_bad"]])
+    meta = score_pairs(items, tmp_path / "meta.csv", method="meta", model=tiny, progress=False)
+    assert set(meta["method"]) == {"meta"}
+    with pytest.raises(BabelprobeError, match="the settings are direct's"):
+        score_pairs(items, tmp_path / "x.csv", DirectSettings(), method="meta", model=tiny)
+    with pytest.raises(BabelprobeError, match="needs its settings"):
+        score_pairs(items, tmp_path / "x.csv", model=tiny)
+    with pytest.raises(BabelprobeError, match="DirectSettings or MetaSettings, not ProbeSettings"):
+        score_pairs(items, tmp_path / "x.csv", bp.ProbeSettings(), model=tiny)
+
+
+def test_run_benchmark_canonical_and_old_form_write_the_same_run(tiny_long, tmp_path):
+    from babelprobe.benchmarks import stingray
+    from babelprobe.benchmarks.bridges import Settings as BridgeSettings
+
+    old = bp.run_benchmark("stingray", tiny_long, "stingray-sample", tmp_path / "old", limit=1, progress=False,
+                           figures=False)
+    runtime = Runtime(model=tiny_long, progress=False, figures=False)
+    new = bp.run_benchmark("stingray-sample", tmp_path / "new", stingray.Settings(), runtime, limit=1)
+    assert new.identity == old.identity  # the benchmark named by its settings' class
+    assert new.rows.drop(columns=["model"]).equals(old.rows.drop(columns=["model"]))
+    assert not new.figures and not (tmp_path / "new" / "stingray.png").exists()
+    with pytest.raises(BabelprobeError, match="give name="):  # the bridges share one settings class
+        bp.run_benchmark("xnli-sample", tmp_path / "x", BridgeSettings(), runtime)
+
+
+def test_sweep_canonical_and_old_form_plan_the_same_jobs(tmp_path, monkeypatch):
+    import babelprobe.jobs
+
+    planned, real = [], babelprobe.jobs.plan
+    monkeypatch.setattr(babelprobe.jobs, "plan", lambda *a, **k: planned.append(k["extract_options"]) or real(*a, **k))
+    placement = {"batch_tokens": 8192, "device": "cpu", "model_dtype": None, "device_map": None, "max_memory": None,
+                 "shard_size": None}  # what `babelprobe sweep --device cpu` gave before the runtime
+    old = bp.sweep(["default"], ["xcomps-sample"], tmp_path / "old", limit=1, dry_run=True, folds=2,
+                   placement=placement)
+    new = bp.sweep(["xcomps-sample"], tmp_path / "new", runtime=Runtime(device="cpu", batch_tokens=8192), limit=1,
+                   dry_run=True, folds=2)
+    assert new.planned == old.planned and new.jobs == old.jobs > 1
+    assert planned[0] == planned[1]  # each job's placement, part of its spec (another one redoes the job)
+
+
+@pytest.fixture(scope="module")
+def two_compares(tmp_path_factory):
+    from tests.tiny import tiny_lm
+
+    root = tmp_path_factory.mktemp("compares")
+    items = bp.load_items("xcomps-sample", languages=["en", "de"], limit=3)
+    for name, seed in (("base", 0), ("other", 1)):
+        bp.compare(items, root / name, folds=2, model=tiny_lm("llama", seed=seed), progress=False)
+    return root / "base", root / "other"
+
+
+def test_diff_and_write_report_through_their_doors(two_compares, tmp_path):
+    from babelprobe.analysis.report import ReportSettings
+
+    base, other = two_compares
+    old = bp.diff(base, other)
+    new = bp.diff(base, tmp_path / "diff", other=other)
+    assert new.equals(old) and (tmp_path / "diff" / "difference.csv").exists()
+    by_keywords = bp.write_report(base, tmp_path / "r1", n_boot=20, x="relative_depth")
+    canonical = bp.write_report(base, tmp_path / "r2", ReportSettings(n_boot=20, x="relative_depth"))
+    assert set(by_keywords.figures) == set(canonical.figures) and set(by_keywords.tables) == set(canonical.tables)
+    for name in canonical.tables:
+        assert (tmp_path / "r1" / f"{name}.csv").read_bytes() == (tmp_path / "r2" / f"{name}.csv").read_bytes()
+    with pytest.raises(BabelprobeError, match="--x: unknown value 'depth'"):
+        bp.write_report(base, tmp_path / "r3", x="depth")

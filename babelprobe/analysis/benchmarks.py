@@ -21,13 +21,14 @@ import pandas as pd
 
 from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, save
 from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
-from babelprobe.benchmarks.base import Models, as_models, benchmark, benchmark_settings
+from babelprobe.benchmarks.base import BENCHMARKS, Models, as_models, benchmark, benchmark_settings
 from babelprobe.benchmarks.bridges import lmeval
+from babelprobe.benchmarks.pitfalls.settings import AffinitySettings
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_input
 from babelprobe.items import check_limit
-from babelprobe.models import LoadedModel
 from babelprobe.runs import LAYOUTS, check_kind, open_run
-from babelprobe.runtime import Runtime
+from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
 from babelprobe.tables import write_table
 
@@ -46,23 +47,38 @@ class BenchmarkRun:
     figures: list[Path] = field(default_factory=list)
 
 
-def run_benchmark(name: str, models: Models | Runtime | LoadedModel | str, source: str | Path, out: str | Path,
-                  settings=None, languages: list[str] | None = None, limit: int | None = None,
-                  overwrite: bool | None = None, progress: bool | None = None,
-                  figures: bool | None = None) -> BenchmarkRun:
-    """Load `source`, run benchmark `name` on it and write `items.csv`, `summary.csv`, `run.json` and,
-    with `figures`, its figure (`plot_benchmark`: `NAME.pdf`, `NAME.png`) into `out`. The data and the
-    settings are checked before any model loads or anything is written (the contract's `prepare` and
-    `check`). A rerun with the same model and settings reuses what the run keeps (it resumes); another
-    model or other settings there are refused unless `overwrite`. `models`: the runtime (`Runtime`, or
-    `Models` with generators' options; a model or spec makes one); `overwrite`, `progress`, `figures`
-    given here replace the runtime's."""
+def _older_benchmark(args: tuple, keywords: dict) -> bool:
+    """The older form `run_benchmark(name, model, source, out, ...)`: a benchmark's name first."""
+    return isinstance(args[0], str) and args[0] in BENCHMARKS
+
+
+# the older forms' keyword names (`models`: the runtime or a model; `source`: the items)
+OLDER_NAMES = {"models": "model", "source": "items"}
+
+
+@runner(old=("name", "model", "items", "out", "settings", "languages", "limit", "overwrite", "progress", "figures"),
+        old_when=_older_benchmark, renamed=OLDER_NAMES)
+def run_benchmark(items: str | Path, out: str | Path, settings=None, runtime: Runtime | Models | None = None, *,
+                  name: str | None = None, languages: list[str] | None = None,
+                  limit: int | None = None) -> BenchmarkRun:
+    """Load `items` (the benchmark's source: a bundled sample, a file or directory in its layout), run
+    benchmark `name` on it and write `items.csv`, `summary.csv`, `run.json` and, with `runtime.figures`, its
+    figure (`plot_benchmark`: `NAME.pdf`, `NAME.png`) into `out`. The data and the settings are checked
+    before any model loads or anything is written (the contract's `prepare` and `check`). A rerun with the
+    same model and settings reuses what the run keeps (it resumes); another model or other settings there
+    are refused unless `runtime.overwrite`. `settings`: the benchmark's `Settings` (None: its defaults),
+    whose class names the benchmark where only one has it (the bridges share theirs: give `name`).
+    `runtime`: a `Runtime`, or `Models` (a runtime with generators' options), or its options as keywords
+    (docs/design.md "Runtime, settings, runners"); the older `run_benchmark(name, model, source, out,
+    settings, languages, limit, overwrite, progress, figures)` too."""
+    name = name or benchmark_named_by(settings)
     module = benchmark(name)
     settings = settings if settings is not None else benchmark_settings(module)
+    check_input("items", items, "items")
     check_limit(limit)
     check_kind(out, "bench", f"bench {name}")
-    models = _with_options(as_models(models), overwrite=overwrite, progress=progress, figures=figures)
-    runtime = models.runtime
+    models = as_models(runtime)
+    runtime, source = models.runtime, items
     data = module.load(source, languages=languages, limit=limit)
     if hasattr(module, "prepare"):
         data = module.prepare(data, settings)
@@ -84,6 +100,17 @@ def run_benchmark(name: str, models: Models | Runtime | LoadedModel | str, sourc
         if runtime.figures else []
     return BenchmarkRun(rows=rows, summary=summary, out=run.path, identity={**identity, "model": who["model"]},
                         figures=drawn)
+
+
+def benchmark_named_by(settings) -> str:
+    """The one benchmark whose `Settings` class `settings` is; an error where none or several are."""
+    if settings is None:
+        raise BabelprobeError(f"which benchmark? give name= ({', '.join(BENCHMARKS)}) or its settings")
+    named = [name for name in BENCHMARKS if type(settings) is benchmark(name).Settings]
+    if len(named) != 1:
+        raise BabelprobeError(f"{type(settings).__name__} is the settings of "
+                              f"{', '.join(named) if named else 'no benchmark'}; give name= to say which to run")
+    return named[0]
 
 
 def plot_benchmark(name: str, summary: pd.DataFrame, path: str | Path, model: str = "",
@@ -602,32 +629,34 @@ def sample_pairs(questions: pd.DataFrame, limit: int | None, seed: int) -> pd.Da
     return questions[questions.index.isin(np.concatenate(drawn))] if drawn else questions
 
 
-def run_affinity(models: Models | Runtime | LoadedModel | str, source: str | Path, out: str | Path, settings=None,
-                 languages: list[str] | None = None, limit: int | None = None, overwrite: bool | None = None,
-                 progress: bool | None = None, **values) -> AffinityRun:
-    """Fig. 7 of Cross-Lingual Pitfalls (§3.3, App. B.2) from found pairs (`source`: what `bench pitfalls`
+@runner(AffinitySettings, old=("model", "items", "out", "settings", "languages", "limit", "overwrite", "progress"),
+        renamed=OLDER_NAMES)
+def run_affinity(items: str | Path, out: str | Path, settings: AffinitySettings | None = None,
+                 runtime: Runtime | Models | None = None, *, languages: list[str] | None = None,
+                 limit: int | None = None) -> AffinityRun:
+    """Fig. 7 of Cross-Lingual Pitfalls (§3.3, App. B.2) from found pairs (`items`: what `bench pitfalls`
     reads; `limit` pairs per seed language drawn at random with `settings.seed`, the paper: 100 at random):
-    expand every seed language's pairs into the
-    other languages of `source`, answer them (`settings.answer`), write `pairs.csv`, `pairs-dropped.csv`,
+    expand every seed language's pairs into the other languages of `items`, answer them (`settings.answer`),
+    write `pairs.csv`, `pairs-dropped.csv`,
     `items.csv`, `accuracy.csv` (A[x, y]), `affinity.csv` (D[x, y]), `affinity.json` and the heat map
-    `pitfalls_fig7.{pdf,png}` into `out`. Languages and prompts are checked before any model loads;
-    generations are kept in `out/generations.jsonl` (a rerun resumes)."""
+    `pitfalls_fig7.{pdf,png}` (with `runtime.figures`) into `out`. Languages and prompts are checked before
+    any model loads; generations are kept in `out/generations.jsonl` (a rerun resumes). `settings`: an
+    `AffinitySettings` or its fields as keywords (`protocol="paper"`); `runtime`: a `Runtime` or `Models`, or
+    its options as keywords; the older `run_affinity(model, source, out, settings, languages, limit,
+    overwrite, progress)` too."""
     from babelprobe.benchmarks.pitfalls.affinity import answer_pairs, check_languages, pairs_table
     from babelprobe.benchmarks.pitfalls.search import _chat, expand_pairs
-    from babelprobe.benchmarks.pitfalls.settings import AFFINITY_PROTOCOLS, AffinitySettings, SearchSettings
+    from babelprobe.benchmarks.pitfalls.settings import SearchSettings
     from babelprobe.benchmarks.pitfalls.summary import affinity_accuracy, relative_affinity
-    from babelprobe.settings import settings_for
 
-    if settings is None:
-        settings = settings_for(AffinitySettings, values.pop("protocol", None), AFFINITY_PROTOCOLS, **values)
-    elif values:
-        raise BabelprobeError(f"pass settings or keyword values, not both (got {', '.join(values)})")
+    source = items
+    check_input("items", items, "items")
     check_limit(limit)
     check_kind(out, "pitfalls-affinity", "bench pitfalls-affinity")
     questions = sample_pairs(pitfalls.load_pitfalls(source, languages, None), limit, settings.seed)
     names = list(dict.fromkeys(questions["language_name"]))
     check_languages(names, settings)
-    models = _with_options(as_models(models), overwrite=overwrite, progress=progress)
+    models = as_models(runtime)
     overwrite, progress = models.runtime.overwrite, models.runtime.progress
     answering = "model" if settings.answer == "likelihood" else settings.generator
     who = models.identity(answering)
@@ -650,16 +679,8 @@ def run_affinity(models: Models | Runtime | LoadedModel | str, source: str | Pat
     write_table(accuracy.reset_index(), run.path / "accuracy.csv")
     write_table(affinity.reset_index().rename(columns={"index": "language"}), run.path / "affinity.csv")
     drawn = plot_affinity(affinity, run.path / "pitfalls_fig7",
-                          title=f"Relative Affinity Score (Fig. 7): {who['model']}")
+                          title=f"Relative Affinity Score (Fig. 7): {who['model']}") if models.runtime.figures else []
     return AffinityRun(pairs=pairs, rows=rows, accuracy=accuracy, affinity=affinity, out=run.path, figures=drawn)
-
-
-def _with_options(models: Models, **options) -> Models:
-    """`models` with the runtime options given (not None) in place of its runtime's."""
-    given = {k: v for k, v in options.items() if v is not None}
-    if given:
-        models.runtime = models.runtime.replace(**given)
-    return models
 
 
 def pitfalls_code(name: str) -> str:
@@ -716,6 +737,8 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> dict[str, list[Path]]:
     (overall success and transfer per run, in the order given). name -> files."""
     from babelprobe.errors import BabelprobeError
 
+    for run in runs:
+        check_input("runs", run, "bench")
     read = [read_bench_run(r) for r in runs]
     names = {name for name, *_ in read}
     if len(names) != 1:

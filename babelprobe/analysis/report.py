@@ -30,9 +30,14 @@ from babelprobe.analysis.results import Results, attach_other, load_results  # n
 from babelprobe.analysis.style import save
 from babelprobe.analysis.summary import accuracy_table
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_inputs
 from babelprobe.probes.settings import protocol_text
 from babelprobe.runs import detect
+from babelprobe.runtime import Runtime, runner
+from babelprobe.settings import at_least, one_of, option
 from babelprobe.tables import atomic_path, write_table
+
+X_AXES = ("layer", "relative_depth")
 
 # The report of every other kind of run directory (`runs.LAYOUTS`), by kind: "module:function", the
 # function called as `function(path, out, n_boot=..., seed=...) -> Report` (its own figures, tables and
@@ -155,6 +160,23 @@ PAPER_FIGURES = {
 }
 
 
+# what `compare` draws itself (with `runtime.figures`): the figures its own tables give without a bootstrap
+COMPARE_FIGURES = ("peak_heatmap", "method_bars")
+
+
+def draw_compare_figures(results: str | Path, out: str | Path) -> dict[str, list[Path]]:
+    """The figures of `COMPARE_FIGURES` a compare directory has the inputs for, drawn into `out` as `report`
+    draws them (`draw`); name -> [pdf, png]."""
+    results = load_results(results)
+    tables = {"subset_peaks": peaks.subset_peaks(results.probe)} if results.probe is not None else {}
+    drawn = {}
+    for name in COMPARE_FIGURES:
+        fig = draw(name, results, tables)
+        if not isinstance(fig, str):  # a reason it cannot be drawn: `report` says it; compare draws the rest
+            drawn[name] = save(fig, Path(out) / name)
+    return drawn
+
+
 def draw(name: str, results: Results, tables: dict, x: str = "layer"):
     """The figure `name` of FIGURES, or the reason it cannot be drawn (a string)."""
     probe_needed = "no probe result (neuro.csv from `babelprobe probe` or `babelprobe compare`)"
@@ -223,15 +245,37 @@ def _model_name(results: Results) -> str:
 
 # ------------------------------------------------------------------------------------------- writing
 
-def write_report(results: str | Path | Results, out: str | Path, *, transfer: str | Path | None = None,
-                 x: str = "layer", n_boot: int = 1000, seed: int = 0, other: str | Path | None = None,
-                 protocol: str | None = None) -> Report:
+@dataclass(frozen=True)
+class ReportSettings:
+    """How a report is drawn (`babelprobe report`'s flags): the bootstrap of its intervals, the x axis of its
+    layer curves, and the protocol the results must have been made with. A report is no run: nothing records
+    these."""
+
+    n_boot: int = option(1000, metavar="N", help="bootstrap replicates for the per-language peak intervals")
+    seed: int = option(0, help="bootstrap seed")
+    x: str = option("layer", choices=X_AXES, help="x axis of the layer curves (relative_depth to compare models of "
+                    "different depth)")
+    protocol: str | None = option(None, choices=("default", "paper"), help="check that the results were made with "
+                                  "this protocol (None: report what they were made with)")
+
+    def __post_init__(self):
+        at_least(self, "n_boot", 0)
+        one_of(self, "x", X_AXES)
+        one_of(self, "protocol", ("default", "paper"), allow_none=True)
+
+
+@runner(ReportSettings)
+def write_report(results: str | Path | Results, out: str | Path, settings: ReportSettings | None = None,
+                 runtime: Runtime | None = None, *, transfer: str | Path | None = None,
+                 other: str | Path | None = None) -> Report:
     """Write every figure the results have inputs for (NAME.pdf and NAME.png), the analysis tables
     (CSV) and `report.md` (written last: its presence means the report is complete) into `out`.
-    `other`: a second model's compare directory (XCOMPS Figs. 9 and 13). `protocol`: refuse results
-    made with another protocol (None: take what they were made with)."""
-    if x not in ("layer", "relative_depth"):
-        raise BabelprobeError(f"x must be 'layer' or 'relative_depth', got {x!r}")
+    `settings`: a `ReportSettings` or its fields as keywords (`n_boot`, `seed`, `x`, `protocol`: refuse
+    results made with another protocol). `transfer`: a transfer table (default: the probe's own); `other`: a
+    second model's compare directory (XCOMPS Figs. 9 and 13). The runner door's form (docs/design.md
+    "Runtime, settings, runners"); `write_report(results, out, x=..., n_boot=...)` as before."""
+    x, n_boot, seed, protocol = settings.x, settings.n_boot, settings.seed, settings.protocol
+    check_inputs(results=(results, "run"), other=(other, "compare"), transfer=(transfer, "file"))
     if not isinstance(results, Results):
         kind = detect(results)
         if kind is not None and kind.kind in REPORTS:

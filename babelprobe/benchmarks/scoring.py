@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from babelprobe.errors import BabelprobeError
+from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import one_of, option, settings_record
 
 REDUCTIONS = ("sum", "mean", "per_char", "per_byte")  # = core.logprobs.REDUCTIONS (tested)
@@ -83,14 +85,49 @@ class MetaSettings:
 SETTINGS = {"direct": DirectSettings, "meta": MetaSettings}
 
 
-def score_pairs(method: str, lm, items, out: str | Path, settings=None, *, batch_tokens: int = 4096,
-                padding_side: str = "right", share_prefix: bool = True, progress: bool = True):
-    """Score every pair of `items` with `method` ("direct" or "meta") and write the rows to `out` (a .csv or
-    .parquet file), resumably; returns the rows. `settings`: a `DirectSettings` / `MetaSettings` (None:
-    the defaults). `share_prefix` (meta) runs each prompt once for both answers (same numbers)."""
+def _method_and_settings(method: str | None, settings) -> tuple[str, DirectSettings | MetaSettings]:
+    """The method the settings' class names (or `method`, with its default settings); both, disagreeing, is an
+    error."""
+    named = next((name for name, cls in SETTINGS.items() if isinstance(settings, cls)), None)
+    if settings is not None and named is None:
+        raise BabelprobeError(f"score_pairs takes DirectSettings or MetaSettings, not {type(settings).__name__}")
+    if method is not None and method not in SETTINGS:
+        raise BabelprobeError(f"unknown scoring method {method!r}; use {' or '.join(SETTINGS)}")
+    if named is not None and method is not None and method != named:
+        raise BabelprobeError(f"method {method!r} with {type(settings).__name__}: the settings are {named}'s")
+    method = named or method
+    if method is None:
+        raise BabelprobeError("score_pairs needs its settings (DirectSettings or MetaSettings) or method='direct'|'meta'")
+    return method, settings if settings is not None else SETTINGS[method]()
+
+
+def _older(args: tuple, keywords: dict) -> bool:
+    """The older form `score_pairs(method, lm, items, out, settings, ...)`: a method's name first."""
+    return isinstance(args[0], str) and args[0] in SETTINGS
+
+
+@runner(old=("method", "model", "items", "out", "settings"), old_when=_older)
+def score_pairs(items, out: str | Path, settings: DirectSettings | MetaSettings | None = None,
+                runtime: Runtime | None = None, *, method: str | None = None, padding_side: str = "right",
+                share_prefix: bool = True):
+    """Score every pair of `items` (a frame, or a source for `load_items`) with `method` and write the rows to
+    `out` (a .csv or .parquet file), resumably; returns the rows. `settings`: a `DirectSettings` (direct) or a
+    `MetaSettings` (meta), which names the method, or None with `method` ("direct" or "meta"): its defaults.
+    `runtime`: the model and `batch_tokens`, `progress` (docs/design.md "Runtime, settings, runners"; the older
+    `score_pairs(method, lm, items, out, settings, batch_tokens=...)` too). `share_prefix` (meta) runs each
+    prompt once for both answers (same numbers)."""
+    import pandas as pd
+
+    from babelprobe.inputs import check_input
     from babelprobe.runs import score_resumably
 
-    settings = settings if settings is not None else SETTINGS[method]()
+    method, settings = _method_and_settings(method, settings)
+    check_input("items", items, "items")
+    if not isinstance(items, pd.DataFrame):
+        from babelprobe.items import load_items
+
+        items = load_items(items)
+    lm, batch_tokens, progress = runtime.lm, runtime.batch_tokens, runtime.progress
     key = {"method": method, "fingerprint": lm.fingerprint, **settings_record(settings)}
     if method == "direct":
         from babelprobe.benchmarks.direct import score_direct

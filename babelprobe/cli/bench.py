@@ -121,7 +121,7 @@ def run(args) -> int:
     require_items(args)
     module = benchmark(args.benchmark_name)
     settings = settings_from(args, module.Settings, getattr(module, "PROTOCOLS", {}))
-    result = run_benchmark(args.benchmark_name, models_from(args), args.items, args.out, settings,
+    result = run_benchmark(args.items, args.out, settings, models_from(args), name=args.benchmark_name,
                            languages=args.languages, limit=args.limit)
     protocol = f", protocol {settings.protocol}" if hasattr(settings, "protocol") else ""
     print(f"{module.TITLE.split(':')[0]} ({args.items}), {result.identity['model']}{protocol}:")
@@ -212,7 +212,7 @@ def run_affinity(args) -> int:
     from babelprobe.benchmarks.pitfalls.settings import AFFINITY_PROTOCOLS, AffinitySettings
 
     settings = settings_from(args, AffinitySettings, AFFINITY_PROTOCOLS)
-    result = run_it(models_from(args), args.items, args.out, settings, languages=args.languages, limit=args.limit)
+    result = run_it(args.items, args.out, settings, models_from(args), languages=args.languages, limit=args.limit)
     import sys
 
     from babelprobe.tables import read_table

@@ -72,7 +72,8 @@ def run(args) -> int:
     print(f"protocol {settings.protocol}: {settings.description}")
     print(_summary_text(result))
     print(f"wrote items.csv ({len(result.items)} pairs), summary.csv, layers.csv, correlations.csv, "
-          f"agreement.csv to {args.out}")
+          f"agreement.csv to {args.out}" + (f"; figures {', '.join(result.figures)} in {Path(args.out) / 'figures'}"
+                                            if result.figures else ""))
     return 0
 
 
@@ -91,14 +92,9 @@ def _summary_text(result) -> str:
 
 
 def run_diff(args) -> int:
-    from babelprobe.comparison import LAYOUT, diff
-    from babelprobe.tables import check_out_dir, write_table
+    from babelprobe.comparison import diff
 
-    for path in (args.base, args.other):
-        LAYOUT.check(path)  # both finished compare directories: before anything is written
-    check_out_dir(args.out)
-    table = diff(args.base, args.other)
-    write_table(table, Path(args.out) / "difference.csv")
+    table = diff(args.base, args.out, other=args.other)  # both compare directories checked before anything is written
     shown = table.pivot_table(index="language", columns=["method", "metric"], values="difference")
     print(f"{args.other} − {args.base} (mean over subsets):\n{shown.to_string(float_format=lambda v: f'{v:+.3f}')}")
     print(f"wrote {Path(args.out) / 'difference.csv'}")

@@ -71,7 +71,7 @@ def solver_options(args) -> dict:
 
 
 def run(args) -> int:
-    from babelprobe.cli.common import settings_from
+    from babelprobe.cli.common import runtime_from, settings_from
     from babelprobe.extract import open_store
     from babelprobe.items import load_items
     from babelprobe.probes.crosslingual import at_peaks, transfer_matrix
@@ -85,8 +85,8 @@ def run(args) -> int:
     items = load_items(args.items) if args.items else None
     store = open_store(args.acts)
     store.check([settings.pool])  # a changed or NaN shard stops here, not as a silently wrong probe
-    result = probe(store, settings, items=items, progress=args.progress, **speed)
-    paths = result.write(out)
+    result = probe(store, out, settings, runtime_from(args), items=items, **speed)
+    paths = result.paths(out)
     print(f"protocol {settings.protocol}: {settings.description}")
     print(format_peaks(result))
     if result.transfer is not None and (result.transfer["kind"] == "transfer").any():

@@ -10,25 +10,26 @@ A `Command` names
   settings  its settings dataclasses, "module:Class": every field a flag with help, recorded in the run
   kind      the kind of run directory it writes (`runs.LAYOUTS`), None when its output is no run directory
   out       what `--out` is: "dir", "table" (a .csv/.parquet file), "items" (an item file), None (no --out)
-  inputs    the flags (or positional names) that name an input, and what each must be: "store", "compare",
+  inputs    the flags (or positional names) that name an input, and what each must be (`inputs.SORTS`): "store", "compare",
             "neurons", "sae-run" (`runs.LAYOUTS` kinds), "run" (a run directory of any kind), "sae-folder" (an
-            SAE folder), "new-store" (a store to reuse, or a new or empty directory), "probes" (a compare directory, a probe table or a store), "dir", "file", "items"
+            SAE folder), "new-store" (a store to reuse, or a new or empty directory), "probes" (a compare directory, a probe table or a store), "dir", "file", "items",
+            "tasks" (lm-evaluation-harness task names), "lm-eval" (harness tasks as a source: lm-eval:TASK[@DIR])
   model     whether it loads a model (every check above happens before it does)
 
 The checks made here, for every command alike (`check`): the running numbers (`--limit` at least 1,
 `--batch-tokens` positive, ...); `--out` of the right sort and not another command's run directory (with
 or without `--overwrite`: a run is only ever replaced by the command that made it); every input there,
-readable and of its kind. Each is one line naming the flag and the value, before any model loads and
-before anything is written.
+readable and of its kind (`inputs.check_input`, which the runners call too). Each is one line naming the flag
+and the value, before any model loads and before anything is written.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import SORTS, check_input  # noqa: F401 (SORTS: the sorts an input may be, public here too)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,9 @@ class Command:
 BENCH_SETTINGS = {name: f"babelprobe.benchmarks.{path}:Settings" for name, path in (
     ("stingray", "stingray"), ("eclektic", "eclektic"), ("consistency", "consistency"), ("pitfalls", "pitfalls"),
     ("multiblimp", "bridges.multiblimp"), ("belebele", "bridges.belebele"), ("xnli", "bridges.xnli"),
-    ("pawsx", "bridges.pawsx"))}
+    ("pawsx", "bridges.pawsx"), ("lm-eval", "bridges.lmeval"))}
+# a benchmark whose inputs are not one --items source: bench lm-eval names the harness's tasks
+BENCH_INPUTS = {"lm-eval": {"--items": "lm-eval", "--tasks": "tasks", "--include-path": "dir"}}
 
 COMMANDS: tuple[Command, ...] = (
     Command(("models",), "babelprobe.models:load_model", out=None),
@@ -57,6 +60,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("items", "show"), "babelprobe.items:load_items", out=None, inputs={"source": "items"}, model=False),
     Command(("items", "convert"), "babelprobe.benchmarks.bridges:convert", out="items", inputs={"source": "items"},
             model=False),
+    Command(("items", "from-lm-eval"), "babelprobe.benchmarks.bridges.lmeval:convert", out="items",
+            inputs={"tasks": "tasks", "--include-path": "dir"}, model=False),
     Command(("score", "direct"), "babelprobe.benchmarks.scoring:score_pairs",
             ("babelprobe.benchmarks.scoring:DirectSettings",), out="table", inputs={"--items": "items"}),
     Command(("score", "meta"), "babelprobe.benchmarks.scoring:score_pairs",
@@ -86,10 +91,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(("sae", "fetch"), "babelprobe.sae.fetch:fetch_sae", model=False),
     Command(("sae", "train"), "babelprobe.sae.train:train_sae", ("babelprobe.sae.settings:TrainSettings",),
             inputs={"--corpus": "corpus"}),
-    Command(("report",), "babelprobe.analysis.report:write_report",
+    Command(("report",), "babelprobe.analysis.report:write_report", ("babelprobe.analysis.report:ReportSettings",),
             inputs={"--results": "run", "--other": "compare", "--transfer-table": "file"}, model=False),
     *(Command(("bench", name), "babelprobe.analysis.benchmarks:run_benchmark", (settings,), kind="bench",
-              inputs={"--items": "items"}) for name, settings in BENCH_SETTINGS.items()),
+              inputs=BENCH_INPUTS.get(name, {"--items": "items"})) for name, settings in BENCH_SETTINGS.items()),
     Command(("bench", "pitfalls-search"), "babelprobe.benchmarks.pitfalls.search:search_languages",
             ("babelprobe.benchmarks.pitfalls.settings:SearchSettings",), inputs={"--items": "items"}),
     Command(("bench", "pitfalls-affinity"), "babelprobe.analysis.benchmarks:run_affinity",
@@ -107,15 +112,7 @@ LEAST = {"limit": ("--limit", 1), "batch_tokens": ("--batch-tokens", 1), "batch_
          "gpus_per_replica": ("--gpus-per-replica", 1), "slurm_time": ("--slurm-time", 1),
          "slurm_gpus": ("--slurm-gpus", 0), "slurm_cpus": ("--slurm-cpus", 1), "slurm_mem": ("--slurm-mem", 1)}
 POSITIVE = {"timeout": "--timeout", "rate_limit": "--rate-limit", "memory_gb": "--memory-gb"}
-# the sorts of input a command may name, and what each must be
-SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a compare directory (`babelprobe compare`)",
-         "neurons": "a neurons directory (`babelprobe neurons`)", "sae-run": "an SAE run directory (`babelprobe sae`)",
-         "bench": "a benchmark run directory (`babelprobe bench NAME`)", "run": "a run directory of any kind",
-         "sae-folder": "an SAE folder (Gemma Scope 2 or SAELens layout)",
-         "probes": "a compare directory, a probe table or an activation store", "dir": "a directory",
-         "file": "a file", "items": "an item source: a bundled set, a file, a directory or hf:ORG/NAME",
-         "new-store": "an activation store to reuse, or a new or empty directory to extract into",
-         "corpus": "a text corpus: a bundled one, a folder of <lang>.txt, a table or hf:ORG/NAME"}
+
 
 
 def command_of(path) -> Command:
@@ -129,7 +126,7 @@ def check(command: Command, args) -> None:
         value = getattr(args, name.lstrip("-").replace("-", "_"), None)
         for one in value if isinstance(value, list) else [value]:
             if one is not None:
-                check_input(name, one, sort)
+                check_input(name if name.startswith("-") else "", one, sort)  # a positional: named by its value
     out = getattr(args, "out", None)
     if command.out is not None and out is not None:
         check_out(command, out)
@@ -144,59 +141,6 @@ def check_numbers(args) -> None:
         value = getattr(args, dest, None)
         if isinstance(value, (int, float)) and value <= 0:
             raise BabelprobeError(f"{flag} must be positive, got {value}")
-
-
-def check_input(flag: str, value, sort: str) -> Path:
-    """`value` there and readable, and of `sort` (module docstring); one line naming `flag` otherwise."""
-    from babelprobe.runs import LAYOUTS, detect
-
-    path = Path(value)
-    where = f"{flag} {path}" if flag.startswith("-") else str(path)
-    if sort in ("items", "corpus") and not path.exists():
-        return path  # a bundled set or a hub id, or a name the item or corpus loader explains
-    if sort == "new-store":  # a store to reuse, or a new (or empty) directory to extract into
-        if not path.exists() or path.is_dir() and not any(path.iterdir()):
-            return path
-        sort = "store"
-    if not path.exists():
-        what = "file" if sort in ("file", "items") else "directory" if sort != "probes" else "file or directory"
-        raise BabelprobeError(f"{where}: no such {what}")
-    check_readable(path, where)
-    if sort == "file" and path.is_dir():
-        raise BabelprobeError(f"{where} is a directory; give a file")
-    if sort in ("dir", "run", "sae-folder", *LAYOUTS, "sae-run") and not path.is_dir():
-        raise BabelprobeError(f"{where} is a file; give a directory")
-    layout_kind = {"sae-run": "sae"}.get(sort, sort)
-    if layout_kind in LAYOUTS:
-        LAYOUTS[layout_kind].check(path, flag if flag.startswith("-") else "")
-    if layout_kind == "store":
-        check_store(path, where)
-    if sort == "run" and detect(path) is None:
-        raise BabelprobeError(f"{where} is not a results directory: it holds no run of babelprobe (no manifest "
-                              "such as compare.json, no neuro.csv); give the --out of a command that writes one")
-    return path
-
-
-def check_store(path: Path, where: str) -> None:
-    """The store opens and every shard of it opens (a truncated or missing shard is found here, without
-    reading its arrays)."""
-    from babelprobe.extract.store import open_store
-
-    with open_store(path) as store:
-        try:
-            store.check_files()
-        except BabelprobeError as err:
-            raise BabelprobeError(f"{where}: {err}") from None
-
-
-def check_readable(path: Path, where: str) -> None:
-    """`path` (a file, or a directory and the files in it, one level down) readable by this process."""
-    paths = [path, *(p for p in path.iterdir() if p.is_file())] if path.is_dir() else [path]
-    for one in paths:
-        if not os.access(one, os.R_OK) or (one.is_dir() and not os.access(one, os.X_OK)):
-            shown = where if one == path else f"{where}: {one.name}"
-            raise BabelprobeError(f"{shown}: permission denied (not readable by this user); fix its permissions or "
-                                  "point elsewhere")
 
 
 def check_out(command: Command, out) -> None:

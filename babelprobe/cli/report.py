@@ -44,14 +44,11 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from babelprobe.analysis.report import write_report
-    from babelprobe.errors import BabelprobeError
+    from babelprobe.analysis.report import ReportSettings, write_report
 
-    if args.n_boot < 0:
-        raise BabelprobeError(f"--n-boot must be 0 or more, got {args.n_boot}")
+    settings = ReportSettings(n_boot=args.n_boot, seed=args.seed, x=args.x, protocol=args.protocol)
     out = Path(args.out) if args.out else Path(args.results) / "figures"
-    report = write_report(args.results, out, transfer=args.transfer_table, x=args.x, n_boot=args.n_boot, seed=args.seed,
-                          other=args.other, protocol=args.protocol)
+    report = write_report(args.results, out, settings, transfer=args.transfer_table, other=args.other)
     for name, paths in report.figures.items():
         print(f"  {name}: {', '.join(p.name for p in paths)}")
     for name, why in report.skipped.items():

@@ -10,6 +10,7 @@ from babelprobe.cli.common import (
     add_runtime_options,
     add_settings_options,
     items_from,
+    runtime_from,
     settings_from,
 )
 from babelprobe.cli.extract import add_placement_options, check_placement, placed_model
@@ -69,9 +70,8 @@ def run(args) -> int:
 
         _score_from(items)  # items without prefix and continuation (MultiBLiMP's not always filled): before the model
     lm = placed_model(args)  # one device, or several with --device-map
-    results = score_pairs(args.method, lm, items, args.out, settings, batch_tokens=args.batch_tokens,
-                          padding_side=args.padding_side, share_prefix=not getattr(args, "no_share_prefix", False),
-                          progress=args.progress)
+    results = score_pairs(items, args.out, settings, runtime_from(args, model=lm), padding_side=args.padding_side,
+                          share_prefix=not getattr(args, "no_share_prefix", False))
     if args.method == "direct":
         print(format_pivot(accuracy_pivot(results), f"direct accuracy ({settings.reduction}), language × subset:"))
     else:

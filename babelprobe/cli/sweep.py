@@ -55,17 +55,15 @@ def register(sub) -> None:
 
 
 def run_sweep_command(args) -> int:
-    from babelprobe.cli.common import settings_from
+    from babelprobe.cli.common import runtime_from, settings_from
     from babelprobe.jobs import sweep
 
     settings = settings_from(args, SweepSettings)
-    placement = {"batch_tokens": args.batch_tokens, "shard_size": args.shard_size, "device": args.device,
-                 "model_dtype": args.model_dtype, "device_map": args.device_map, "max_memory": args.max_memory}
     slurm = {"timeout_min": args.slurm_time, "gpus_per_node": args.slurm_gpus, "cpus_per_task": args.slurm_cpus,
              "mem_gb": args.slurm_mem, **({"slurm_partition": args.slurm_partition} if args.slurm_partition else {})}
-    report = sweep(args.models, args.items, args.out, settings, slices=args.languages, subsets=args.subsets,
-                   limit=args.limit, executor=args.executor, slurm=slurm, wait=args.wait, dry_run=args.dry_run,
-                   placement=placement, overwrite=args.overwrite)
+    report = sweep(args.items, args.out, settings, runtime_from(args), models=args.models, slices=args.languages,
+                   subsets=args.subsets, limit=args.limit, executor=args.executor, slurm=slurm, wait=args.wait,
+                   dry_run=args.dry_run, shard_size=args.shard_size)
     if args.dry_run:
         for job_id, done in report.planned:
             print(f"{'done' if done else 'todo'}  {job_id}")

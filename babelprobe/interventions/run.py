@@ -40,6 +40,7 @@ from pathlib import Path
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_inputs
 from babelprobe.interventions.directions import FreshProbes, ProbeSource, find_probes
 from babelprobe.interventions.readouts import Unit
 from babelprobe.interventions.settings import Settings
@@ -89,6 +90,9 @@ def intervene(items: pd.DataFrame | str | None, out: str | Path | None = None, s
     if n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {n_boot}")
     out = check_out_dir(out)
+    # --sae: a directory here (`sae` hands over its own run before it is finished; the source reads what it needs)
+    check_inputs(items=(items, "items"), probes=(probes, "probes"), neurons=(neurons, "neurons"), sae=(sae, "dir"),
+                 corpus=(corpus, "corpus"))
     pairs_read = set(settings.readouts) != {"ppl"}
     items = load_items(items if items is not None else "xcomps-sample") if pairs_read or items is not None else None
     text = _check_corpus(settings, corpus)

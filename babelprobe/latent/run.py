@@ -17,6 +17,7 @@ import pandas as pd
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
+from babelprobe.inputs import check_inputs
 from babelprobe.latent.settings import AlignSettings, LensSettings
 from babelprobe.runs import LAYOUTS, open_run
 from babelprobe.runtime import Runtime, runner
@@ -86,8 +87,7 @@ def lens(items, out: str | Path, settings: LensSettings | None = None, runtime: 
     from babelprobe.latent import lens as lens_mod
 
     out = check_out_dir(out)
-    if compare is not None:
-        LAYOUTS["compare"].check(compare, "--compare")
+    check_inputs(items=(items, "items"), acts=(acts, "store"), compare=(compare, "compare"))
     if acts is not None:
         store = _store(acts)
         store.check_files()  # a truncated shard: before the model loads
@@ -165,8 +165,7 @@ def align(items, out: str | Path, settings: AlignSettings | None = None, runtime
     from babelprobe.latent.align import align_layers, alignment_correlations, parallel_items
 
     out = check_out_dir(out)
-    if compare is not None:
-        LAYOUTS["compare"].check(compare, "--compare")
+    check_inputs(items=(items, "items"), acts=(acts, "store"), compare=(compare, "compare"))
     store_path = Path(acts) if acts is not None else Path(compare) / "acts" if compare is not None else out / "acts"
     if acts is not None or compare is not None:
         store = _store(store_path, "--acts" if acts is not None else "--compare")

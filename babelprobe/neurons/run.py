@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.run import min_fill, shard_batches
+from babelprobe.inputs import check_inputs
 from babelprobe.models import Encoding, LoadedModel, pad_batch
 from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
 from babelprobe.neurons.mlp import NeuronCounter, activation_modules
@@ -129,6 +130,7 @@ def language_neurons(items=None, out: str | Path | None = None, settings: Settin
                               "activation.py: give --corpus (e.g. udhr)")
     if corpus is None and settings.tokens is not None:
         raise BabelprobeError("--tokens caps a corpus's tokens: it goes with --corpus")
+    check_inputs(items=(items, "items"), corpus=(corpus, "corpus"))
     if corpus is not None:
         from babelprobe.corpus import read_corpus
 

@@ -38,7 +38,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_inputs
 from babelprobe.patching.settings import PairsSettings, TranslationSettings
 from babelprobe.runs import LAYOUTS, check_kind, open_run, score_resumably
 from babelprobe.runtime import Runtime, runner
@@ -150,6 +152,8 @@ def patch_translation(concepts="xcomps-sample", out: str | Path | None = None,
     if settings.preset == "paper" and isinstance(concepts, str) and concepts == "xcomps-sample":
         concepts = "dumas-concepts"  # the paper's languages (it, nl, fi, hi, et are not in xcomps-sample)
     out = _check_out(out)
+    if not (isinstance(concepts, str) and concepts in bundled_sets("xcomps")):  # a bundled set's own concepts.csv
+        check_inputs(concepts=(concepts, "file"))
     where = str(concepts) if isinstance(concepts, (str, Path)) else "the concepts"
     words = translation.check_concepts(translation.load_concepts(concepts), settings, where)
     layers = patch_layers(settings.layers, runtime.info.n_layers)  # from the model's config: before it loads
@@ -213,8 +217,7 @@ def patch_pairs(items="xcomps-sample", out: str | Path | None = None, settings: 
     from babelprobe.patching.pairs import check_items, pair_rows
 
     out = _check_out(out)
-    if compare is not None:
-        LAYOUTS["compare"].check(compare, "--compare")
+    check_inputs(items=(items, "items"), compare=(compare, "compare"))
     items = load_items(items) if isinstance(items, (str, Path)) else items
     pairs = check_items(items, settings.sources)
     if languages:

@@ -27,6 +27,7 @@ threads inside one solve (one group alone: L-BFGS spreads its layers over the th
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,6 +35,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
+from babelprobe.inputs import check_input
 from babelprobe.probes.controls import (
     concept_labels,
     concepts_for,
@@ -57,14 +59,36 @@ from babelprobe.probes.source import (
     usable_keys,
 )
 from babelprobe.probes.weights import Probes, solver_record
+from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import given
+from babelprobe.tables import check_output
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
 
 
-def probe(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame | None = None, device=None,
+@runner(ProbeSettings, old=("store", "settings"), progress=False)
+def probe(store, out: str | Path | None = None, settings: ProbeSettings | None = None,
+          runtime: Runtime | None = None, *, items: pd.DataFrame | None = None, device=None,
           n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
-          exact_max: int = EXACT_MAX, progress: bool = False, **values) -> ProbeResult:
+          exact_max: int = EXACT_MAX) -> ProbeResult:
+    """The probe sweep of a store behind the runner door (`babelprobe probe`; docs/design.md "Runtime, settings,
+    runners"): `probe(store, out, settings, runtime)`, the settings' fields as keywords (`bp.probe(store,
+    folds=5)`) or the older `probe(store, settings)`. `runtime.progress`: a bar over groups (off unless asked:
+    `progress=True`). `out`, when given, is the table written (.csv or .parquet, checked first; its side
+    tables beside it, `ProbeResult.write`). The other parameters are `probe_store`'s."""
+    check_input("store", store, "store")  # a path: there, readable, every shard opening
+    if out is not None:
+        check_output(out, (".csv", ".parquet"))
+    result = probe_store(store, settings, items=items, device=device, n_jobs=n_jobs, workers=workers,
+                         memory_gb=memory_gb, exact_max=exact_max, progress=runtime.progress)
+    if out is not None:
+        result.write(out)
+    return result
+
+
+def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame | None = None, device=None,
+                n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
+                exact_max: int = EXACT_MAX, progress: bool = False, **values) -> ProbeResult:
     """Cross-validated probes for every layer of every group of a store (`babelprobe probe`).
 
     Parameters

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_inputs
 from babelprobe.runs import LAYOUTS
 from babelprobe.runtime import Runtime, runner
 from babelprobe.sae.settings import Settings
@@ -70,6 +71,7 @@ def sae_features(items, out: str | Path, settings: Settings | None = None, runti
     from babelprobe.tables import check_writable_dir
 
     out = Path(out)
+    check_inputs(items=(items, "items"), sae=(sae, "sae-folder"), acts=(acts, "store"))
     items = load_items(items) if not isinstance(items, pd.DataFrame) else items
     layer = _one_layer(settings.layers)
     if not isinstance(sae, SAE):

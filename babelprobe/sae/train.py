@@ -54,6 +54,7 @@ import pandas as pd
 import torch
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_input
 from babelprobe.sae.settings import TrainSettings
 from babelprobe.sae.weights import SAE, SAELENS_CONFIG, save_sae
 from babelprobe.settings import settings_record
@@ -209,6 +210,7 @@ def train_sae(model, corpus, out: str | Path | None = None, settings: TrainSetti
     from babelprobe.settings import settings_for
 
     settings = settings or settings_for(TrainSettings, **values)
+    check_input("corpus", corpus, "corpus")  # a folder or table there and readable: before any training
     if settings.layers is None:
         raise BabelprobeError("sae train needs --layers N: the one layer whose states to train on")
     layer = _one_layer(settings.layers)

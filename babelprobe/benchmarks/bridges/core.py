@@ -187,11 +187,13 @@ def convert(name: str, source: str | Path, out: str | Path | None = None, langua
     `out` (.jsonl, .json, .csv, .parquet) when given. The output is checked before anything is read, and an
     existing file is kept unless `overwrite`."""
     from babelprobe.benchmarks.base import benchmark
+    from babelprobe.inputs import check_input
     from babelprobe.items import check_limit, validate, write_items
     from babelprobe.tables import check_output
 
     if name not in BRIDGES:
         raise BabelprobeError(f"unknown bridge {name!r}; use one of {', '.join(BRIDGES)}")
+    check_input("source", source, "items")
     check_limit(limit)
     if out is not None:
         check_output(out, (".jsonl", ".json", ".csv", ".parquet"))

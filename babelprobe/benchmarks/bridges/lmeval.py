@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 
 from babelprobe.benchmarks.bridges.settings import Settings, answerer
 from babelprobe.errors import BabelprobeError
+from babelprobe.inputs import check_input
+from babelprobe.runtime import Runtime, runner
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -60,18 +62,27 @@ def convert(source: str, out: str | Path | None = None, languages: list[str] | N
         check_output(out, (".jsonl", ".json", ".csv", ".parquet"))
         if Path(out).exists() and not overwrite:
             raise BabelprobeError(f"{out} exists; pass --overwrite to replace it")
+    check_input("source", source, "lm-eval")
     items = load_items(source, languages=languages, limit=limit, language=language)
     if out is not None:
         write_items(items, out)
     return items
 
 
-def run(data: pd.DataFrame, models, settings: Settings | None = None, out: Path | None = None,
-        progress: bool = True) -> pd.DataFrame:
-    """The bridges' run (every question, resumable in `out`), each row given its task's groups."""
+@runner(Settings, old=("items", "model", "settings", "out", "progress"), renamed={"data": "items", "models": "model"})
+def run(items: pd.DataFrame | str, out: Path | None = None, settings: Settings | None = None,
+        runtime: Runtime | None = None) -> pd.DataFrame:
+    """The bridges' run (every question, resumable in `out`), each row given its task's groups: `items` what
+    `load` read (or a source it reads), `runtime` the model (a `Runtime` or the benchmarks' `Models`; its
+    options as keywords) and `progress`. The benchmark contract's `run(data, models, settings, out, progress)`
+    (how `run_benchmark` calls every benchmark) is the older form of the same call."""
     from babelprobe.benchmarks import bridges
 
-    rows = bridges.run(NAME, data, models, settings or Settings(), out, progress)
+    if isinstance(items, (str, Path)):
+        check_input("items", items, "lm-eval")
+        items = load(items)
+    data = items
+    rows = bridges.run(NAME, data, runtime, settings, out, runtime.progress)
     groups = data.attrs.get("harness", {}).get("groups", {})
     member = {task: {name: group["aggregate"] for name, group in groups.items() if task in group.get("tasks", ())}
               for task in rows["task"].unique()}

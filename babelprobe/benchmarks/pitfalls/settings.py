@@ -6,6 +6,7 @@ module of the package: the others import it, it imports none of them, nor torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from babelprobe.benchmarks.core.options import (
     CHAT_TEMPLATE,
@@ -135,12 +136,17 @@ SEARCH_PROTOCOLS = {"paper": {"answer": "generate", "semantic_check": True, "cha
                               "translation": "release"}}
 
 
+AFFINITY_PROTOCOLS = {"paper": {"answer": "generate", "chat_template": "auto", "max_new_tokens": 1024,
+                                "translation": "release"}}
+
+
 @dataclass(frozen=True)
 class AffinitySettings:
     """The linguistic-affinity experiment (§3.3, App. B.2, Fig. 7; `babelprobe bench pitfalls-affinity`):
     who translates the found pairs into the other languages and how the expanded pairs are answered (the
     evaluation's answerers: likelihood, the released evaluation, App. E's chain of thought)."""
 
+    PROTOCOLS: ClassVar[dict] = AFFINITY_PROTOCOLS  # what `settings.given` (a runner's keywords) presets with
     protocol: str = option("default", help="settings preset: 'paper' answers the expanded pairs as the released "
                            "evaluation does (no chain of thought, then an extractor) and translates with 1,024 tokens")
     answer: str = option("likelihood", choices=tuple(METHODS),
@@ -172,10 +178,6 @@ class AffinitySettings:
         check_spec(self.generator, "--generator")
         check_spec(self.translator, "--translator")
         resolve_extractor(self)
-
-
-AFFINITY_PROTOCOLS = {"paper": {"answer": "generate", "chat_template": "auto", "max_new_tokens": 1024,
-                                "translation": "release"}}
 
 
 def resolve_extractor(settings) -> None:
