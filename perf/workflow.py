@@ -106,21 +106,38 @@ def synthetic_items(pairs: int, languages: tuple[str, ...], seed: int = 0) -> pd
 
 
 def build_model(shape: str, device: str, dtype: str | None, texts: list[str], tokenizer_dir: str | None = None):
-    if shape == "default":
-        return load_model("default", device=device, dtype=dtype)
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    """The model of `shape` on `device`; on the simulated device (perf/simulated.py) a stand-in of that
+    shape, whose `Device` clock is `lm.simulated` (None on a real device)."""
+    if shape == "default" and device != "simulated":
+        lm = load_model("default", device=device, dtype=dtype)
+        lm.simulated = None
+        return lm
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
     from babelprobe.models import parse_dtype
 
     tokenizer = small_tokenizer(texts) if shape == "tiny" else default_tokenizer(tokenizer_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2, eos_token_id=1,
-                         pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
+    if shape == "default":
+        from babelprobe.models import _converted_default
+
+        config = AutoConfig.from_pretrained(_converted_default())
+    else:
+        config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2,
+                             eos_token_id=1, pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
+    if device == "simulated":
+        from simulated import simulated_model
+
+        lm, clock = simulated_model(shape, config, tokenizer, parse_dtype(dtype) or torch.bfloat16)
+        lm.simulated = clock
+        return lm
     torch_dtype = parse_dtype(dtype) or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     # a fixed fingerprint: hashing billions of random weights would take minutes and mean nothing
-    return wrap_model(model.eval(), tokenizer, name=f"random {shape}", fingerprint=f"random-{shape}")
+    lm = wrap_model(model.eval(), tokenizer, name=f"random {shape}", fingerprint=f"random-{shape}")
+    lm.simulated = None
+    return lm
 
 
 def default_tokenizer(directory: str | None = None):
@@ -154,9 +171,11 @@ def small_tokenizer(texts: list[str]):
 class Meter:
     """Wall time, peak accelerator memory and GPU-busy share of one phase."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clock=None):
         self.cuda = device.type == "cuda"
         self.busy: list[float] = []
+        self.clock = clock  # the simulated device's (perf/simulated.py), or None
+        self.device_seconds = float("nan")
 
     def __enter__(self):
         if self.cuda:
@@ -165,6 +184,7 @@ class Meter:
             self._sampling = True
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
+        self.device_start = self.clock.busy if self.clock is not None else 0.0
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
@@ -173,6 +193,8 @@ class Meter:
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self.start
         self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
+        if self.clock is not None:
+            self.device_seconds = self.clock.busy - self.device_start
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
         if self.cuda:
             self._sampling = False
@@ -356,12 +378,16 @@ FLOOR_NAMES = {"direct": "body + needed rows' logits", "meta": "prefix tree + ne
 
 
 def run(args) -> list[dict]:
-    device = torch.device(args.device)
+    device = torch.device("cpu" if args.device == "simulated" else args.device)
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")), seed=args.seed)
     if args.pairs == 1:  # one pair per cell cannot be split into pair-grouped folds: probe per language
         items["subset"] = "all"
     lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *meta_texts(items)], args.tokenizer)
     warm_up(lm)
+    if lm.simulated is not None:  # the simulated device batches as a GPU does (budget-cut extraction batches)
+        import babelprobe.extract.run as extract_run
+
+        extract_run.min_fill = lambda device: 0.0
     calls, fits = ModelCalls(lm), FitCalls()
     with calls, fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         runs = {"babelprobe": lambda: babelprobe_run(lm, items, Path(tmp), args, device, calls, fits),
@@ -392,7 +418,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: 
         calls.phase = name if recording else None
         fits.recording = recording and name == "neuro"
         try:
-            with Meter(device) as phases[name]:
+            with Meter(device, lm.simulated) as phases[name]:
                 return stage(self, name, settings, produce, output, read)
         finally:
             calls.phase, fits.recording = None, False
@@ -400,7 +426,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: 
     def timed_store(*a, **k):
         calls.phase = "extract" if recording else None
         try:
-            with Meter(device) as phases["extract"]:
+            with Meter(device, lm.simulated) as phases["extract"]:
                 return ensure_store(*a, **k)
         finally:
             calls.phase = None
@@ -448,6 +474,7 @@ def table(done: list[dict], args) -> list[dict]:
     """One row per phase: babelprobe's fastest round, both references' fastest, and the median of each
     within-round ratio (reference seconds / babelprobe seconds)."""
     rows = []
+    n_pairs = args.pairs * len(args.languages.split(",")) * len(SUBSETS)
     for name, _ in PHASES:
         ours = [r["babelprobe"][0]["phases"][name] for r in done]
         base = [r["baseline"][0].get(name) for r in done]
@@ -465,7 +492,11 @@ def table(done: list[dict], args) -> list[dict]:
                # CPU seconds of this process: what a shared machine's other users change least
                "cpu_seconds": round(best.cpu_seconds, 3),
                "floor_cpu_ratio": _median([f[1] / m.cpu_seconds for f, m in zip(floor, ours, strict=True)]),
-               "rounds": len(done), "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2)}
+               "rounds": len(done), "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2),
+               "host_ms_per_pair": round(1000 * best.cpu_seconds / n_pairs, 3),
+               "device_ms_per_pair": round(1000 * best.device_seconds / n_pairs, 3),
+               "overlap": round(best.seconds / max(best.cpu_seconds, best.device_seconds), 3)
+               if best.device_seconds == best.device_seconds else None}
         rows.append(row)
     total = min(r["babelprobe"][1] for r in done)
     rows.append({"phase": "total", "seconds": round(total, 3), "tokens_per_s": None, "baseline": "",
@@ -492,17 +523,21 @@ def markdown(rows: list[dict], header: dict) -> str:
              f"{header['languages']} languages, batch_tokens {header['batch_tokens']}, {header['dtype']}, "
              f"{header['rounds']} round(s){', shared machine' if header.get('shared') else ''})", "",
              "| phase | seconds | tokens/s | baseline | baseline s | baseline/babelprobe | floor | floor s | "
-             "floor/babelprobe | CPU s | floor/babelprobe (CPU) | peak GiB | GPU busy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "floor/babelprobe | CPU s | floor/babelprobe (CPU) | peak GiB | GPU busy | host ms/pair | "
+             "device ms/pair | wall/max(host, device) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [r["phase"], r["seconds"], r["tokens_per_s"], r["baseline"], r["baseline_seconds"],
                  r["baseline_ratio"], r["floor"], r["floor_seconds"], r["floor_ratio"], r["cpu_seconds"],
-                 r["floor_cpu_ratio"], r["peak_gib"], r["gpu_busy"]]
+                 r["floor_cpu_ratio"], r["peak_gib"], r["gpu_busy"], r.get("host_ms_per_pair"),
+                 r.get("device_ms_per_pair"), r.get("overlap")]
         lines.append("| " + " | ".join("" if c is None or c != c else str(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
 def hardware(device: str) -> str:
+    if device == "simulated":
+        return f"a simulated device (perf/simulated.py) on CPU ({platform.processor() or platform.machine()})"
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
@@ -515,7 +550,9 @@ def main(argv: list[str] | None = None) -> int:
                         "probes use 5 folds, or --pairs folds when fewer; with 1, one probe group per language "
                         "(pair-grouped folds cannot split a single pair)")
     parser.add_argument("--languages", default=",".join(XCOMPS_LANGUAGES))
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cuda, cpu, or simulated (perf/simulated.py: a stand-in of --shape that holds the "
+                        "thread for the measured device time)")
     parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--tokenizer", metavar="DIR", help="the Llama shapes' tokenizer directory (default: the "
