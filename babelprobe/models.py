@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -107,16 +108,30 @@ def length_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
 
 def pad_batch(encodings: list[Encoding], pad_id: int, padding_side: str, device) -> dict[str, torch.Tensor]:
     """input_ids, attention_mask and position_ids (0 at each text's first real token) for a batch."""
-    width = max(len(e.ids) for e in encodings)
-    ids = torch.full((len(encodings), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(encodings), width), dtype=torch.long)
-    for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        cols = slice(width - n, width) if padding_side == "left" else slice(0, n)
-        ids[row, cols] = torch.tensor(enc.ids)
-        mask[row, cols] = 1
-    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device)}
+    return to_device(pad_host(encodings, pad_id, padding_side, pin=torch.device(device).type == "cuda"), device)
+
+
+def pad_host(encodings: list[Encoding], pad_id: int, padding_side: str, pin: bool = False) -> dict[str, torch.Tensor]:
+    """`pad_batch`'s tensors in host memory (page-locked when `pin`, so that the copy to a GPU can run
+    without blocking): what a producer thread prepares while the device runs the previous batch."""
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    width = int(lengths.max())
+    ids = np.full((len(encodings), width), pad_id, dtype=np.int64)
+    starts = width - lengths if padding_side == "left" else np.zeros_like(lengths)
+    for row, (enc, start) in enumerate(zip(encodings, starts.tolist())):
+        ids[row, start:start + len(enc.ids)] = enc.ids
+    cols = np.arange(width)
+    mask = ((cols >= starts[:, None]) & (cols < (starts + lengths)[:, None])).astype(np.int64)
+    positions = np.maximum(mask.cumsum(axis=1) - 1, 0)
+    out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+           "position_ids": torch.from_numpy(positions)}
+    return {name: tensor.pin_memory() for name, tensor in out.items()} if pin else out
+
+
+def to_device(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+    """Host tensors to `device`, without blocking when they are page-locked (the copy is queued in order
+    before the work that reads them)."""
+    return {name: tensor.to(device, non_blocking=tensor.is_pinned()) for name, tensor in tensors.items()}
 
 
 @dataclass

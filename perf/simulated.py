@@ -15,8 +15,10 @@ tokenizer, prefix trees, batching, scoring tables and writing run unchanged; onl
 
 Device time: `tokens × body_s_per_token` for a forward over `tokens` (batch rows × width, padding included;
 each block is charged its share, so a forward stopped after a layer costs that share) plus `rows ×
-head_s_per_row` for the vocabulary projection of `rows` states. The rates come from the H200 run in README
-"The whole workflow" (source below); shapes not measured there are scaled by their FLOPs per token.
+head_s_per_row` for the vocabulary projection of `rows` states, and never less than reading the weights of
+what ran once at H200's memory bandwidth (a small batch costs that much on a real GPU). The rates come from
+the H200 run in README "The whole workflow" (source below); shapes not measured there are scaled by their
+FLOPs per token.
 """
 
 from __future__ import annotations
@@ -39,18 +41,28 @@ MEASURED = {"llama-3.1-8b": {"body_s_per_token": 5.443 / 171_828, "head_s_per_ro
                              "source": "README 'The whole workflow', H200 2026-11-26"}}
 
 
+# A pass cannot be faster than reading its weights once: H200 memory bandwidth, 4.8 TB/s (NVIDIA's data sheet).
+BANDWIDTH = 4.8e12
+
+
 @dataclass(frozen=True)
 class Rates:
     body_s_per_token: float
     head_s_per_row: float
     source: str
+    body_min_s: float = 0.0  # the least a body forward costs (its blocks' weights read once)
+    head_min_s: float = 0.0  # the least a projection costs (the output layer's weights read once)
 
 
-def device_rates(shape: str, config) -> Rates:
+def device_rates(shape: str, config, dtype=torch.bfloat16) -> Rates:
     """The measured rates of `shape`, else the 8B ones scaled by FLOPs per token (body: 2 × parameters
-    of the blocks; head: 2 × d_model × vocabulary)."""
+    of the blocks; head: 2 × d_model × vocabulary); with the least time of a pass (its weights read at
+    `BANDWIDTH`)."""
+    size = torch.finfo(dtype).bits // 8
+    floors = {"body_min_s": block_flops(config) / 2 * size / BANDWIDTH,
+              "head_min_s": config.hidden_size * config.vocab_size * size / BANDWIDTH}
     if shape in MEASURED:
-        return Rates(**MEASURED[shape])
+        return Rates(**MEASURED[shape], **floors)
     from transformers import LlamaConfig
 
     ref = MEASURED["llama-3.1-8b"]
@@ -59,7 +71,7 @@ def device_rates(shape: str, config) -> Rates:
     body = block_flops(config) / block_flops(big)
     head = config.hidden_size / big.hidden_size
     return Rates(ref["body_s_per_token"] * body, ref["head_s_per_row"] * head,
-                 f"scaled from llama-3.1-8b by FLOPs per token ({ref['source']})")
+                 f"scaled from llama-3.1-8b by FLOPs per token ({ref['source']})", **floors)
 
 
 def block_flops(config) -> float:
@@ -216,7 +228,8 @@ class SimBlock(nn.Module):
             heads, head_dim = self.kv_shape
             cache.update(empty(batch, heads, width, head_dim, dtype=self.dtype),
                          empty(batch, heads, width, head_dim, dtype=self.dtype), self.index)
-        self.device.charge(batch * width * self.device.rates.body_s_per_token * self.share)
+        rates = self.device.rates
+        self.device.charge(max(batch * width * rates.body_s_per_token, rates.body_min_s) * self.share)
         return hidden
 
 
@@ -261,7 +274,8 @@ class SimHead(nn.Module):
 
     def forward(self, hidden):
         rows = hidden.numel() // hidden.shape[-1]
-        self.device.charge(rows * self.device.rates.head_s_per_row)
+        rates = self.device.rates
+        self.device.charge(max(rows * rates.head_s_per_row, rates.head_min_s))
         self.device.settle()
         return empty(*hidden.shape[:-1], self.weight.shape[0], dtype=self.weight.dtype)
 
@@ -287,7 +301,7 @@ def simulated_model(shape: str, config, tokenizer, dtype=torch.bfloat16):
     """A `LoadedModel` of `config`'s shape on the simulated device (module docstring), and its `Device`."""
     from babelprobe.models import LoadedModel, Parts
 
-    device = Device(device_rates(shape, config))
+    device = Device(device_rates(shape, config, dtype))
     model = SimCausalLM(config, device, dtype).eval()
     body = model.model
     parts = Parts(body=body, embed=body.embed_tokens, layers=body.layers, final_norm=body.norm, head=model.lm_head,

@@ -93,19 +93,15 @@ def score_pairs(method: str, lm, items, out: str | Path, settings=None, *, batch
     settings = settings if settings is not None else SETTINGS[method]()
     key = {"method": method, "fingerprint": lm.fingerprint, **settings_record(settings)}
     if method == "direct":
-        from babelprobe.benchmarks.direct import score_direct
+        from babelprobe.benchmarks.direct import DirectScorer
 
-        def score(chunk):
-            return score_direct(lm, chunk, batch_tokens=batch_tokens, padding_side=padding_side, progress=False,
-                                **settings_record(settings))
+        # in three steps, so that chunks are prepared and finished while the device runs another
+        score = DirectScorer(lm, batch_tokens=batch_tokens, padding_side=padding_side, **settings_record(settings))
     else:
-        from babelprobe.benchmarks.meta import prompts_digest, score_meta
+        from babelprobe.benchmarks.meta import MetaScorer, prompts_digest
 
         asked = [settings.prompt_language] if settings.prompt_language else sorted(items["language"].unique())
         key["prompts_digest"] = prompts_digest(settings.prompts, asked)
-        options = settings.scorer_options(lm)
-
-        def score(chunk):
-            return score_meta(lm, chunk, share_prefix=share_prefix, batch_tokens=batch_tokens,
-                              padding_side=padding_side, progress=False, **options)
+        score = MetaScorer(lm, share_prefix=share_prefix, batch_tokens=batch_tokens, padding_side=padding_side,
+                           **settings.scorer_options(lm))
     return score_resumably(score, items, out, key, progress=progress, desc=method)

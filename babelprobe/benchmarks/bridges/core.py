@@ -300,7 +300,7 @@ def score(lm, data: pd.DataFrame, settings: Settings | None = None, batch_tokens
           progress: bool = True) -> pd.DataFrame:
     """One row per question of `data` (items, one per option): the options' LLs, token counts and metrics."""
     settings = settings or Settings()
-    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 
     texts, starts = harness_requests(lm, data["context"].tolist(),
                                      (data["delimiter"] + data["choice"]).tolist())
