@@ -239,12 +239,11 @@ class LoadedModel:
 
         A text longer than the context is an error naming it, unless `truncate` (then it keeps the
         first `max_length` tokens and the encoding says so)."""
-        enc = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
         out = []
-        for i, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-            ids, offs = list(ids), [tuple(o) for o in offs]
-            if self.bos_token_id is not None:
-                ids, offs = [self.bos_token_id] + ids, [(0, 0)] + offs
+        bos = [self.bos_token_id] if self.bos_token_id is not None else []
+        for i, (ids, offs) in enumerate(tokenize(self.tokenizer, texts)):
+            if bos:
+                ids, offs = bos + ids, [(0, 0), *offs]
             too_long = len(ids) > self.max_length
             if too_long and not truncate:
                 name = names[i] if names is not None else f"#{i}"
@@ -255,6 +254,25 @@ class LoadedModel:
                 ids, offs = ids[: self.max_length], offs[: self.max_length]
             out.append(Encoding(ids, offs, too_long))
         return out
+
+
+def tokenize(tokenizer, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Each text's token ids and character spans, without special tokens: the fast tokenizer's Rust backend
+    called as the transformers wrapper calls it (no truncation, no padding, special tokens written in the
+    text not split), without the wrapper's per-text conversions, which take as long as tokenising a short
+    text does (tests check both give the same)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        return [(list(ids), [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    split = bool(getattr(tokenizer, "split_special_tokens", False))
+    if backend.encode_special_tokens != split:
+        backend.encode_special_tokens = split
+    return [(e.ids, e.offsets) for e in backend.encode_batch(list(texts), add_special_tokens=False)]
 
 
 # ---------------------------------------------------------------------------------------------- loading

@@ -173,11 +173,25 @@ def _cat(tensors, dim=0):
     return empty(*shape, dtype=first.dtype)
 
 
-def _index_put_(self, indices, values, accumulate=False):
+def _stack(tensors, dim=0):
+    shape = list(tensors[0].shape)
+    shape.insert(dim % (len(shape) + 1), len(tensors))
+    return empty(*shape, dtype=tensors[0].dtype)
+
+
+def _unbind(self, dim=0):
+    shape = list(self.shape)
+    del shape[dim % len(shape)]
+    return [empty(*shape, dtype=self.dtype) for _ in range(self.shape[dim])]
+
+
+def _in_place(self, *args, **kwargs):
     return self if isinstance(self, SimTensor) else None
 
 
-SHAPE_RULES = {aten.index.Tensor: _index, aten.cat.default: _cat, aten.index_put_.default: _index_put_}
+SHAPE_RULES = {aten.index.Tensor: _index, aten.cat.default: _cat, aten.index_put_.default: _in_place,
+               aten.stack.default: _stack, aten.unbind.int: _unbind, aten.exp_.default: _in_place,
+               aten.log_.default: _in_place, aten.sub_.Tensor: _in_place, aten.add_.Tensor: _in_place}
 
 
 def empty(*shape: int, dtype=torch.float32) -> SimTensor:

@@ -37,7 +37,7 @@ from babelprobe.models import LoadedModel
 
 PAST_PER_TOKEN = 8  # accelerators: past tokens copied per token of the budget (KV memory, not compute)
 STACK_KV = True  # keep alike layers' keys and values in one tensor (False: per layer, as a dispatched model)
-CHUNK_KV_BYTES = 4 << 30  # accelerators: a chunk's kept keys and values at most (and 2 × budget × PAST_PER_TOKEN tokens)
+CHUNK_KV_BYTES = 8 << 30  # accelerators: a chunk's kept keys and values at most (and 2 × budget × PAST_PER_TOKEN tokens)
 
 
 def past_budget(device: torch.device) -> int | None:
@@ -65,7 +65,7 @@ def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[i
     distinct tokens (default 2 × batch_tokens; on an accelerator `PAST_PER_TOKEN` times that, at most
     `CHUNK_KV_BYTES` of keys and values); a chunk's keys and values, every layer's for every token, are kept
     until it is done (37 KB per token on the default model: about 300 MB on a CPU; 128 KB per token at
-    Llama-3.1-8B's shape in bfloat16: 4 GiB, 32k tokens, on a GPU). Sliding-
+    Llama-3.1-8B's shape in bfloat16: 8 GiB, 65k tokens, on a GPU). Sliding-
     window layers keep everything too; their window comes from the attention mask.
     `tests/test_meta_logprobs.py` checks the result against a plain forward pass, sliding layers included."""
     plan = plan_prefix(lm, texts, score_from, names, batch_tokens, truncate, chunk_tokens)
