@@ -166,8 +166,12 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
                                    batch_tokens=batch_tokens, progress=progress)
 
-    direct = run.stage("direct", settings.stage("direct"), scored("direct", DirectSettings(settings.reduction)),
-                       out / "direct.csv", read_table)
+    direct_settings = DirectSettings(settings.reduction)
+    produce_direct = scored("direct", direct_settings)
+    if _fuses(run, settings, out, acts, backend, overwrite):  # one forward pass: scores and hidden states
+        produce_direct = _fused_direct(lm, items, out, acts, direct_settings, settings.pool, batch_tokens, source,
+                                       overwrite, progress)
+    direct = run.stage("direct", settings.stage("direct"), produce_direct, out / "direct.csv", read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
     meta_settings = MetaSettings(rule=settings.rule, reduction=settings.reduction, prompts=settings.prompts)
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
@@ -207,6 +211,35 @@ def diff(base: str | Path, other: str | Path) -> pd.DataFrame:
 
 
 # -------------------------------------------------------------------------------------- stage helpers
+
+FUSE = True  # direct scoring fills a new activation store in the same forward passes (extract/fused.py)
+
+
+def _fuses(run, settings: CompareSettings, out: Path, acts: Path, backend: str, overwrite: bool) -> bool:
+    """Direct scoring and extraction share one pass when both start from scratch: direct is neither finished
+    nor partly scored, the store is new (a store to reuse or resume is extraction's own), the backend is hf."""
+    from babelprobe.extract.fused import can_fuse
+    from babelprobe.runs import partial_dir
+
+    direct = out / "direct.csv"
+    return (FUSE and backend == "hf" and not run.finished("direct", settings.stage("direct"), direct)
+            and not partial_dir(direct).exists() and can_fuse(acts, overwrite))
+
+
+def _fused_direct(lm, items, out: Path, acts: Path, direct_settings, pool: str, batch_tokens: int, source, overwrite,
+                  progress):
+    from babelprobe.benchmarks.scoring import score_direct_capturing
+    from babelprobe.extract.fused import StoreCapture
+    from babelprobe.extract.settings import ExtractSettings
+
+    def produce():
+        capture = StoreCapture(lm, items, acts, ExtractSettings(pool=pool), batch_tokens=batch_tokens, source=source,
+                               overwrite=overwrite)
+        with capture:
+            return score_direct_capturing(lm, items, out / "direct.csv", direct_settings, capture,
+                                          batch_tokens=batch_tokens, progress=progress)
+    return produce
+
 
 def _probe_written(result, path: Path):
     result.write(path)

@@ -221,12 +221,17 @@ class RunDir:
         """`read(output)` when stage `name` finished with these `settings` earlier, else `produce()` (which
         writes `output`), then record the settings."""
         settings = json.loads(json.dumps(settings, default=str))
-        if self.state["stages"].get(name) == settings and Path(output).exists():
+        if self.finished(name, settings, output):
             return read(output)
         result = produce()
         self.state["stages"][name] = settings
         self.save()
         return result
+
+    def finished(self, name: str, settings: dict, output: Path) -> bool:
+        """Whether stage `name` finished earlier with these `settings` (its output is there)."""
+        settings = json.loads(json.dumps(settings, default=str))
+        return self.state["stages"].get(name) == settings and Path(output).exists()
 
     def save(self) -> None:
         with atomic_path(self.path / self.manifest) as tmp:

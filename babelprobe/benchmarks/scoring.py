@@ -88,6 +88,20 @@ def score_pairs(method: str, lm, items, out: str | Path, settings=None, *, batch
     """Score every pair of `items` with `method` ("direct" or "meta") and write the rows to `out` (a .csv or
     .parquet file), resumably; returns the rows. `settings`: a `DirectSettings` / `MetaSettings` (None:
     the defaults). `share_prefix` (meta) runs each prompt once for both answers (same numbers)."""
+    return _score_pairs(method, lm, items, out, settings, batch_tokens=batch_tokens, padding_side=padding_side,
+                        share_prefix=share_prefix, progress=progress)
+
+
+def score_direct_capturing(lm, items, out: str | Path, settings: DirectSettings, capture, *, batch_tokens: int = 4096,
+                           progress: bool = True):
+    """`score_pairs("direct", ...)` whose forward passes also fill an activation store (`capture`: an entered
+    `extract.fused.StoreCapture` of the same items): `compare`'s direct scoring and extraction in one pass."""
+    return _score_pairs("direct", lm, items, out, settings, batch_tokens=batch_tokens, progress=progress,
+                        capture=capture)
+
+
+def _score_pairs(method: str, lm, items, out, settings, *, batch_tokens: int, padding_side: str = "right",
+                 share_prefix: bool = True, progress: bool = True, capture=None):
     from babelprobe.runs import score_resumably
 
     settings = settings if settings is not None else SETTINGS[method]()
@@ -96,7 +110,8 @@ def score_pairs(method: str, lm, items, out: str | Path, settings=None, *, batch
         from babelprobe.benchmarks.direct import DirectScorer
 
         # in three steps, so that chunks are prepared and finished while the device runs another
-        score = DirectScorer(lm, batch_tokens=batch_tokens, padding_side=padding_side, **settings_record(settings))
+        score = DirectScorer(lm, batch_tokens=batch_tokens, padding_side=padding_side, capture=capture,
+                             **settings_record(settings))
     else:
         from babelprobe.benchmarks.meta import MetaScorer, prompts_digest
 
