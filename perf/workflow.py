@@ -279,6 +279,8 @@ def run(args) -> tuple[list[dict], dict]:
                 "baseline": lambda: baseline_runs(lm, items, texts, Path(tmp), args, device)}
         if not args.baseline:  # the naive baselines take long (meta's: every position's logits over 262k)
             runs["baseline"] = dict
+        if args.no_floors:  # a run at scale: babelprobe's phases and their arithmetic floor only
+            runs["floor"] = lambda: {name: {"replay": (float("nan"), float("nan")), "bare": {}} for name, _ in PHASES}
         rounds_done = rounds(runs, args.repeat)
     vocab = lm.parts.head.weight.shape[0]
     flops = {name: w.flops(lm.model.config, vocab) for name, w in work.items()}
@@ -391,13 +393,14 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
         bare = {budget: min(f["bare"][budget] for f in found) for budget in found[0]["bare"]}
         budget = min(bare, key=bare.get) if bare else None
         arithmetic = flops.get(name, 0.0) / rate if flops.get(name) else None
-        candidates = {"replay": replay, **({f"bare@{budget}": bare[budget]} if bare else {}),
-                      **({"arithmetic": arithmetic} if arithmetic else {})}
-        least = min(candidates, key=candidates.get)
+        candidates = {key: value for key, value in (("replay", replay), (f"bare@{budget}", bare.get(budget)),
+                                                     ("arithmetic", arithmetic)) if value is not None and value == value}
+        least = min(candidates, key=candidates.get) if candidates else None
         fused = name == "extract" and not args.separate  # its model work is direct scoring's own passes
 
         def floor_of(f, arithmetic=arithmetic):  # a round's least floor (the arithmetic one is every round's)
-            return min([f["replay"][0], *f["bare"].values(), *([arithmetic] if arithmetic else [])])
+            values = [v for v in (f["replay"][0], *f["bare"].values(), arithmetic) if v is not None and v == v]
+            return min(values) if values else float("nan")
 
         base = [r["baseline"][0].get(name) for r in done]
         device_s = best.device_seconds
@@ -406,11 +409,12 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
             "host_ms_per_pair": round(1000 * best.cpu_seconds / n_pairs, 3),
             "device_ms_per_pair": round(1000 * device_s / n_pairs, 3) if device_s == device_s else None,
             "overlap": round(best.seconds / max(best.cpu_seconds, device_s), 3) if device_s == device_s else None,
-            "floor_replay": None if fused else round(replay, 3), "floor_bare": round(bare[budget], 3) if bare else None,
+            "floor_replay": None if fused or replay != replay else round(replay, 3), "floor_bare": round(bare[budget], 3) if bare else None,
             "bare_budget": budget, "floor_arithmetic": round(arithmetic, 3) if arithmetic else None,
-            "floor": "fused into direct" if fused else least, "floor_seconds": round(candidates[least], 3),
-            "floor_ratio": None if fused else _median([floor_of(f) / m.seconds for f, m in zip(found, ours,
-                                                                                              strict=True)]),
+            "floor": "fused into direct" if fused else least,
+            "floor_seconds": round(candidates[least], 3) if least else None,
+            "floor_ratio": None if fused or not least else _median([floor_of(f) / m.seconds
+                                                                     for f, m in zip(found, ours, strict=True)]),
             "mfu": round(flops.get(name, 0.0) / (best.seconds * rate), 3) if flops.get(name) else None,
             "flops": flops.get(name), "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
             "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
@@ -503,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the activation store's dtype (default float32: 540 KB per item at the 8B shape)")
     parser.add_argument("--separate", action="store_true", help="extraction as a pass of its own (not fused into "
                         "direct scoring)")
+    parser.add_argument("--no-floors", action="store_true", help="measure no floor (the arithmetic one, computed, "
+                        "stays): a run at scale, whose floors come from a smaller run")
     parser.add_argument("--replay-only", action="store_true", help="floors: only the replay of babelprobe's own "
                         "calls (no bare-forward sweep, no arithmetic floor)")
     parser.add_argument("--sweep-tokens", type=int, help="measure each bare-forward budget on at most this many "
