@@ -168,7 +168,8 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
 
     direct_settings = DirectSettings(settings.reduction)
     produce_direct = scored("direct", direct_settings)
-    if _fuses(run, settings, out, acts, backend, overwrite):  # one forward pass: scores and hidden states
+    fused = _fuses(run, settings, out, acts, backend, overwrite)
+    if fused:  # one forward pass: scores and hidden states
         produce_direct = _fused_direct(lm, items, out, acts, direct_settings, settings.pool, batch_tokens, source,
                                        overwrite, progress)
     direct = run.stage("direct", settings.stage("direct"), produce_direct, out / "direct.csv", read_table)
@@ -177,7 +178,7 @@ def compare(model, items: pd.DataFrame | str, out: str | Path, settings: Compare
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", meta_settings),
                      out / "meta.csv", read_table) if asks_meta else None
     store_digest = _ensure_store(lm, items, acts, overwrite, pool=settings.pool, backend=backend, source=source,
-                                 progress=progress)
+                                 progress=progress, written=fused)
     from babelprobe.probes import ProbeResult, probe
 
     probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
@@ -246,12 +247,16 @@ def _probe_written(result, path: Path):
     return result
 
 
-def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:
+def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:
     """Reuse a complete store of this model and item set, resume an incomplete one, refuse another's
-    (unless `overwrite`). Returns a digest of the store's shard checksums, so probes redo if it changes."""
+    (unless `overwrite`). Returns a digest of the store's shard checksums, so probes redo if it changes.
+    `written`: this run has just written the store (fused into direct scoring), so its arrays are not read
+    back to recheck their checksums, as after an extraction."""
     from babelprobe.extract import extract, open_store
     from babelprobe.items import items_hash
 
+    if written and (acts / LAYOUTS["store"].manifest).exists() and open_store(acts).manifest.get("complete"):
+        return _digest(open_store(acts).manifest)
     if (acts / LAYOUTS["store"].manifest).exists():
         store = open_store(acts, allow_incomplete=True)
         mismatch = store.fingerprint != lm.fingerprint or store.items_hash != items_hash(items)

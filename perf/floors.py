@@ -110,18 +110,26 @@ class ModelCalls:
                         cache = DynamicCache()
                         kwargs.update(lm.parts.cache_argument(cache))
                         for layer, (k, v, dtype) in enumerate(shapes):
-                            cache.update(torch.zeros(k, dtype=dtype, device=lm.device),
-                                         torch.zeros(v, dtype=dtype, device=lm.device), layer)
+                            cache.update(zeros(lm, k, dtype), zeros(lm, v, dtype), layer)
                     with Clock(device) as clock:
                         self.forward(**kwargs)
                 else:
                     _, shape, dtype = call
-                    states = torch.zeros(shape, dtype=dtype, device=lm.device)
+                    states = zeros(lm, shape, dtype)
                     with Clock(device) as clock:
                         project(lm, states, self.logits)
                 seconds += clock.seconds
                 cpu += clock.cpu_seconds
         return seconds, cpu
+
+
+def zeros(lm, shape, dtype) -> torch.Tensor:
+    """Zeros on the model's device (on the simulated device: a tensor without data, as its own caches are)."""
+    if getattr(lm, "simulated", None) is not None:
+        from simulated import empty
+
+        return empty(*shape, dtype=dtype)
+    return torch.zeros(shape, dtype=dtype, device=lm.device)
 
 
 def project(lm, states: torch.Tensor, logits=None) -> None:
@@ -255,7 +263,7 @@ def bare_seconds(lm, work: Work, budgets, device: torch.device, sample_tokens: i
                 for inputs in batches:
                     lm.parts.body(**inputs, use_cache=False)
                 for start in range(0, rows, chunk):
-                    project(lm, torch.zeros(min(chunk, rows - start), lm.d_model, dtype=lm.dtype, device=lm.device))
+                    project(lm, zeros(lm, (min(chunk, rows - start), lm.d_model), lm.dtype))
             out[budget] = clock.seconds * scale
     return out
 
