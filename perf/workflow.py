@@ -30,7 +30,9 @@ Each phase is reported against references measured in the same run:
 
 and with host and device time: host = this process's CPU seconds (every thread's: tokenising, batching, prefix
 trees, tables, writing, launching), device = the simulated device's busy seconds (or, on CUDA, the NVML busy
-share × wall); wall ÷ max(host, device) is 1.0 when they overlap fully and about 2 when they run in series.
+share × wall); wall ÷ max(host, device) is 1.0 when they overlap fully and about 2 when they run in series. On
+a shared machine the thread that drives the device also waits for a CPU (its run-queue wait, from
+/proc/thread-self/schedstat); the table gives that wait and the ratio with it taken off the wall.
 Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
 extract phase only checks the store; `--separate` runs extraction as a pass of its own.
 
@@ -202,6 +204,7 @@ class Meter:
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
         self.device_start = self.clock.busy if self.clock is not None else 0.0
+        self.queued_start = run_queue_wait()
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
@@ -210,6 +213,7 @@ class Meter:
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self.start
         self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
+        self.queued = run_queue_wait() - self.queued_start  # the calling thread's, on a loaded machine
         if self.clock is not None:
             self.device_seconds = self.clock.busy - self.device_start
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
@@ -231,6 +235,17 @@ class Meter:
     @property
     def gpu_busy(self) -> float:
         return float(np.mean(self.busy)) if self.busy else float("nan")
+
+
+def run_queue_wait() -> float:
+    """Seconds the calling thread has waited, ready to run, for a CPU (/proc/thread-self/schedstat; NaN where
+    the kernel does not say). On a shared machine the thread that drives the device loses that time to other
+    users' processes: the wall time less it is what the phase would take with a core of its own."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def naive_forward(lm, texts: list[str], batch_tokens: int, head: bool, device: torch.device) -> tuple[float, int]:
@@ -409,6 +424,9 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
             "host_ms_per_pair": round(1000 * best.cpu_seconds / n_pairs, 3),
             "device_ms_per_pair": round(1000 * device_s / n_pairs, 3) if device_s == device_s else None,
             "overlap": round(best.seconds / max(best.cpu_seconds, device_s), 3) if device_s == device_s else None,
+            "queued_s": round(best.queued, 3) if best.queued == best.queued else None,
+            "overlap_own_core": round((best.seconds - best.queued) / max(best.cpu_seconds, device_s), 3)
+            if device_s == device_s and best.queued == best.queued else None,
             "floor_replay": None if fused or replay != replay else round(replay, 3), "floor_bare": round(bare[budget], 3) if bare else None,
             "bare_budget": budget, "floor_arithmetic": round(arithmetic, 3) if arithmetic else None,
             "floor": "fused into direct" if fused else least,
@@ -442,6 +460,7 @@ def folds(args) -> int:
 
 COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "host ms/pair"),
            ("device_ms_per_pair", "device ms/pair"), ("overlap", "wall/max(host, device)"),
+           ("queued_s", "run-queue wait s"), ("overlap_own_core", "same, less the wait"),
            ("floor_replay", "replay s"), ("floor_bare", "bare s"), ("bare_budget", "bare budget"),
            ("floor_arithmetic", "arithmetic s"), ("floor", "least"), ("floor_ratio", "floor/babelprobe"),
            ("mfu", "MFU"), ("baseline_seconds", "baseline s"), ("baseline_ratio", "baseline/babelprobe"),
