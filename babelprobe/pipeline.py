@@ -16,8 +16,9 @@ finished chunks wait to be finished, which bounds memory. The first error of any
 (chunks not yet started are dropped) and is raised in the caller, as the same exception.
 
 Threads suffice because the heavy host work here releases the GIL (tokenisers, numpy, hashing, file I/O)
-and a device's forward pass releases it while it waits; a `Stages` object that only has `run` (no
-`prepare`/`finish`) runs in series.
+and a device's forward pass releases it while it waits (Python work of the producer and the finisher still
+takes turns with the launching thread). `runs.score_resumably` runs a plain scoring function whole in the run
+step.
 """
 
 from __future__ import annotations
