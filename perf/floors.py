@@ -237,7 +237,7 @@ def extract_work(lm, texts: list[str]) -> Work:
 # ------------------------------------------------------------------------------------------- the floors
 
 def bare_seconds(lm, work: Work, budgets, device: torch.device, sample_tokens: int | None = None) -> dict:
-    """{budget: seconds} of `work`'s tokens through the body in length-sorted batches under each budget, plus
+    """{budget: (seconds, CPU seconds)} of `work`'s tokens through the body in length-sorted batches under each budget, plus
     its projected rows (chunks of the scorers' size), measured on at most `sample_tokens` tokens of it (taken
     across the lengths) and scaled up by tokens."""
     from babelprobe.benchmarks.core.logprobs import LOGIT_CHUNK_BYTES
@@ -264,7 +264,7 @@ def bare_seconds(lm, work: Work, budgets, device: torch.device, sample_tokens: i
                     lm.parts.body(**inputs, use_cache=False)
                 for start in range(0, rows, chunk):
                     project(lm, zeros(lm, (min(chunk, rows - start), lm.d_model), lm.dtype))
-            out[budget] = clock.seconds * scale
+            out[budget] = (clock.seconds * scale, clock.cpu_seconds * scale)
     return out
 
 

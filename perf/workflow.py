@@ -295,10 +295,12 @@ def run(args) -> tuple[list[dict], dict]:
         if not args.baseline:  # the naive baselines take long (meta's: every position's logits over 262k)
             runs["baseline"] = dict
         if args.no_floors:  # a run at scale: babelprobe's phases and their arithmetic floor only
-            runs["floor"] = lambda: {name: {"replay": (float("nan"), float("nan")), "bare": {}} for name, _ in PHASES}
+            runs["floor"] = lambda: {"rate": rate, **{name: {"replay": (float("nan"), float("nan")), "bare": {}}
+                                                      for name, _ in PHASES}}
         rounds_done = rounds(runs, args.repeat)
     vocab = lm.parts.head.weight.shape[0]
     flops = {name: w.flops(lm.model.config, vocab) for name, w in work.items()}
+    rate = max([rate, *(r["floor"][0].get("rate", 0.0) for r in rounds_done)])
     return table(rounds_done, args, len(items) // 2, flops, rate), {"flops": flops, "rate": rate}
 
 
@@ -377,7 +379,8 @@ def floor_runs(lm, calls, fits, work: dict, args, device) -> dict:
                      "bare": floors.bare_seconds(lm, work[name], budgets, device, args.sweep_tokens)
                      if work[name].tokens else {}}
     out["probe"] = {"replay": fits.replay(device), "bare": {}}
-    say("floor (replay)", {name: value["replay"][0] for name, value in out.items()})
+    out["rate"] = floors.matmul_rate(lm, device)  # each round's: the best of the rounds is the reference
+    say("floor (replay)", {name: value["replay"][0] for name, value in out.items() if name != "rate"})
     return out
 
 
@@ -405,7 +408,7 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
         best = min(ours, key=lambda m: m.seconds)
         found = [r["floor"][0][name] for r in done]
         replay = min(f["replay"][0] for f in found)
-        bare = {budget: min(f["bare"][budget] for f in found) for budget in found[0]["bare"]}
+        bare = {budget: min(f["bare"][budget][0] for f in found) for budget in found[0]["bare"]}
         budget = min(bare, key=bare.get) if bare else None
         arithmetic = flops.get(name, 0.0) / rate if flops.get(name) else None
         candidates = {key: value for key, value in (("replay", replay), (f"bare@{budget}", bare.get(budget)),
@@ -413,8 +416,9 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
         least = min(candidates, key=candidates.get) if candidates else None
         fused = name == "extract" and not args.separate  # its model work is direct scoring's own passes
 
-        def floor_of(f, arithmetic=arithmetic):  # a round's least floor (the arithmetic one is every round's)
-            values = [v for v in (f["replay"][0], *f["bare"].values(), arithmetic) if v is not None and v == v]
+        def floor_of(f, at=0, arithmetic=arithmetic):  # a round's least floor in wall (0) or CPU (1) seconds
+            values = [v for v in (f["replay"][at], *(b[at] for b in f["bare"].values()), arithmetic)
+                      if v is not None and v == v]
             return min(values) if values else float("nan")
 
         base = [r["baseline"][0].get(name) for r in done]
@@ -433,6 +437,9 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
             "floor_seconds": round(candidates[least], 3) if least else None,
             "floor_ratio": None if fused or not least else _median([floor_of(f) / m.seconds
                                                                      for f, m in zip(found, ours, strict=True)]),
+            # CPU seconds: what a shared machine's other users change least (run with OMP_NUM_THREADS=1)
+            "floor_cpu_ratio": None if fused or not least else _median([floor_of(f, 1) / m.cpu_seconds
+                                                                         for f, m in zip(found, ours, strict=True)]),
             "mfu": round(flops.get(name, 0.0) / (best.seconds * rate), 3) if flops.get(name) else None,
             "flops": flops.get(name), "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
             "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
@@ -463,6 +470,7 @@ COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "hos
            ("queued_s", "run-queue wait s"), ("overlap_own_core", "same, less the wait"),
            ("floor_replay", "replay s"), ("floor_bare", "bare s"), ("bare_budget", "bare budget"),
            ("floor_arithmetic", "arithmetic s"), ("floor", "least"), ("floor_ratio", "floor/babelprobe"),
+           ("floor_cpu_ratio", "floor/babelprobe (CPU s)"),
            ("mfu", "MFU"), ("baseline_seconds", "baseline s"), ("baseline_ratio", "baseline/babelprobe"),
            ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"))
 
