@@ -545,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", metavar="DIR", help="the Llama shapes' tokenizer directory (default: the "
                         "default model's, converted once into the cache)")
     parser.add_argument("--baseline", action="store_true", help="also run the naive baselines (slow at 262k logits)")
+    parser.add_argument("--no-baseline", action="store_true", help=argparse.SUPPRESS)  # the old default, now the default
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn probe baseline")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp", help="where the run directory goes (default: the system's temporary dir)")
