@@ -177,13 +177,18 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
                                    batch_tokens=runtime.batch_tokens, progress=runtime.progress)
 
-    direct = run.stage("direct", settings.stage("direct"), scored("direct", settings.direct), out / "direct.csv",
-                       read_table)
+    produce_direct = scored("direct", settings.direct)
+    fused = _fuses(run, settings, out, acts, backend, runtime.overwrite)
+    if fused:  # one forward pass: scores and hidden states
+        produce_direct = _fused_direct(lm, items, out, acts, settings.direct, settings.pool, runtime.batch_tokens,
+                                       source, runtime.overwrite, runtime.progress)
+    direct = run.stage("direct", settings.stage("direct"), produce_direct, out / "direct.csv", read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", settings.meta),
                      out / "meta.csv", read_table) if asks_meta else None
     store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool, backend=backend,
-                                 source=source, batch_tokens=runtime.batch_tokens, progress=runtime.progress)
+                                 source=source, batch_tokens=runtime.batch_tokens, progress=runtime.progress,
+                                 written=fused)
     from babelprobe.probes import ProbeResult, probe
 
     probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
@@ -236,6 +241,38 @@ def diff(base: str | Path, out: str | Path | None = None, settings=None, runtime
 
 # -------------------------------------------------------------------------------------- stage helpers
 
+FUSE = True  # direct scoring fills a new activation store in the same forward passes (extract/fused.py)
+
+
+def _fuses(run, settings: CompareSettings, out: Path, acts: Path, backend: str, overwrite: bool) -> bool:
+    """Direct scoring and extraction share one pass when both start from scratch: direct is neither finished
+    nor partly scored, the store is new (a store to reuse or resume is extraction's own), the backend is hf,
+    the scoring is of whole texts."""
+    from babelprobe.extract.fused import can_fuse
+    from babelprobe.runs import partial_dir
+
+    direct = out / "direct.csv"
+    # conditional scoring reads a continuation only: its passes are not extraction's (kept separate)
+    return (FUSE and backend == "hf" and not settings.conditional
+            and not run.finished("direct", settings.stage("direct"), direct)
+            and not partial_dir(direct).exists() and can_fuse(acts, overwrite))
+
+
+def _fused_direct(lm, items, out: Path, acts: Path, direct_settings, pool: str, batch_tokens: int, source, overwrite,
+                  progress):
+    from babelprobe.benchmarks.scoring import score_direct_capturing
+    from babelprobe.extract.fused import StoreCapture
+    from babelprobe.extract.settings import ExtractSettings
+
+    def produce():
+        capture = StoreCapture(lm, items, acts, ExtractSettings(pool=pool), batch_tokens=batch_tokens, source=source,
+                               overwrite=overwrite)
+        with capture:
+            return score_direct_capturing(lm, items, out / "direct.csv", direct_settings, capture,
+                                          batch_tokens=batch_tokens, progress=progress)
+    return produce
+
+
 def _probe_written(result, path: Path):
     result.write(path)
     return result
@@ -257,12 +294,16 @@ def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame) -> None:
                               "point --acts elsewhere or pass --overwrite")
 
 
-def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, **options) -> str:
+def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:
     """Reuse a complete store of this model and item set, resume an incomplete one, refuse another's
-    (unless `overwrite`). Returns a digest of the store's shard checksums, so probes redo if it changes."""
+    (unless `overwrite`). Returns a digest of the store's shard checksums, so probes redo if it changes.
+    `written`: this run has just written the store (fused into direct scoring), so its arrays are not read
+    back to recheck their checksums, as after an extraction."""
     from babelprobe.extract import extract, open_store
     from babelprobe.items import items_hash
 
+    if written and (acts / LAYOUTS["store"].manifest).exists() and open_store(acts).manifest.get("complete"):
+        return _digest(open_store(acts).manifest)
     if (acts / LAYOUTS["store"].manifest).exists():
         store = open_store(acts, allow_incomplete=True)
         mismatch = store.fingerprint != lm.fingerprint or store.items_hash != items_hash(items)

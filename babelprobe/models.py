@@ -34,6 +34,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -108,16 +109,30 @@ def length_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
 
 def pad_batch(encodings: list[Encoding], pad_id: int, padding_side: str, device) -> dict[str, torch.Tensor]:
     """input_ids, attention_mask and position_ids (0 at each text's first real token) for a batch."""
-    width = max(len(e.ids) for e in encodings)
-    ids = torch.full((len(encodings), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(encodings), width), dtype=torch.long)
-    for row, enc in enumerate(encodings):
-        n = len(enc.ids)
-        cols = slice(width - n, width) if padding_side == "left" else slice(0, n)
-        ids[row, cols] = torch.tensor(enc.ids)
-        mask[row, cols] = 1
-    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    return {"input_ids": ids.to(device), "attention_mask": mask.to(device), "position_ids": positions.to(device)}
+    return to_device(pad_host(encodings, pad_id, padding_side, pin=torch.device(device).type == "cuda"), device)
+
+
+def pad_host(encodings: list[Encoding], pad_id: int, padding_side: str, pin: bool = False) -> dict[str, torch.Tensor]:
+    """`pad_batch`'s tensors in host memory (page-locked when `pin`, so that the copy to a GPU can run
+    without blocking): what a producer thread prepares while the device runs the previous batch."""
+    lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+    width = int(lengths.max())
+    ids = np.full((len(encodings), width), pad_id, dtype=np.int64)
+    starts = width - lengths if padding_side == "left" else np.zeros_like(lengths)
+    for row, (enc, start) in enumerate(zip(encodings, starts.tolist())):
+        ids[row, start:start + len(enc.ids)] = enc.ids
+    cols = np.arange(width)
+    mask = ((cols >= starts[:, None]) & (cols < (starts + lengths)[:, None])).astype(np.int64)
+    positions = np.maximum(mask.cumsum(axis=1) - 1, 0)
+    out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
+           "position_ids": torch.from_numpy(positions)}
+    return {name: tensor.pin_memory() for name, tensor in out.items()} if pin else out
+
+
+def to_device(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+    """Host tensors to `device`, without blocking when they are page-locked (the copy is queued in order
+    before the work that reads them)."""
+    return {name: tensor.to(device, non_blocking=tensor.is_pinned()) for name, tensor in tensors.items()}
 
 
 def model_parts(model: nn.Module) -> Parts:
@@ -182,12 +197,11 @@ class LoadedModel:
 
         A text longer than the context is an error naming it, unless `truncate` (then it keeps the
         first `max_length` tokens and the encoding says so)."""
-        enc = self.tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
         out = []
-        for i, (ids, offs) in enumerate(zip(enc["input_ids"], enc["offset_mapping"])):
-            ids, offs = list(ids), [tuple(o) for o in offs]
-            if self.bos_token_id is not None:
-                ids, offs = [self.bos_token_id] + ids, [(0, 0)] + offs
+        bos = [self.bos_token_id] if self.bos_token_id is not None else []
+        for i, (ids, offs) in enumerate(tokenize(self.tokenizer, texts)):
+            if bos:
+                ids, offs = bos + ids, [(0, 0), *offs]
             too_long = len(ids) > self.max_length
             if too_long and not truncate:
                 name = names[i] if names is not None else f"#{i}"
@@ -198,6 +212,25 @@ class LoadedModel:
                 ids, offs = ids[: self.max_length], offs[: self.max_length]
             out.append(Encoding(ids, offs, too_long))
         return out
+
+
+def tokenize(tokenizer, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Each text's token ids and character spans, without special tokens: the fast tokenizer's Rust backend
+    called as the transformers wrapper calls it (no truncation, no padding, special tokens written in the
+    text not split), without the wrapper's per-text conversions, which take as long as tokenising a short
+    text does (tests check both give the same)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        enc = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)
+        return [(list(ids), [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+    if backend.truncation is not None:
+        backend.no_truncation()
+    if backend.padding is not None:
+        backend.no_padding()
+    split = bool(getattr(tokenizer, "split_special_tokens", False))
+    if backend.encode_special_tokens != split:
+        backend.encode_special_tokens = split
+    return [(e.ids, e.offsets) for e in backend.encode_batch(list(texts), add_special_tokens=False)]
 
 
 # ---------------------------------------------------------------------------------------------- loading

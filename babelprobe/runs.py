@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import items_hash
+from babelprobe.pipeline import pipelined
 from babelprobe.tables import atomic_path, check_out_dir, write_table
 
 # Units per chunk: what a Ctrl-C can cost. Each chunk is scored on its own (tokenised, sorted by length,
@@ -187,13 +188,17 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
                   file=sys.stderr)
         bar = tqdm(total=len(pair_ids), initial=already, unit=unit.removesuffix("_id"), desc=desc, disable=not progress,
                    dynamic_ncols=True)
+
+        def write(k, rows):  # on the pipeline's finishing thread, while the device runs the next chunk
+            with atomic_path(partial / f"chunk-{todo[k]:05d}.parquet") as tmp:
+                rows.to_parquet(tmp, index=False)
+            bar.update(len(chunks[todo[k]]))
+
+        todo = [index for index in range(len(chunks)) if index not in done]
+        rows_of = items.groupby(items[unit].map({pid: i // chunk_pairs for i, pid in enumerate(pair_ids)}),
+                                sort=False).indices  # each chunk's rows, in the items' order
         with TokenMeter(model, bar):
-            for index, chunk in enumerate(chunks):
-                if index not in done:
-                    rows = score(items[items[unit].isin(chunk)])
-                    with atomic_path(partial / f"chunk-{index:05d}.parquet") as tmp:
-                        rows.to_parquet(tmp, index=False)
-                    bar.update(len(chunk))
+            pipelined([items.iloc[rows_of[index]] for index in todo], *_steps(score), done=write)
         bar.close()
         frames = [pd.read_parquet(partial / f"chunk-{i:05d}.parquet") for i in range(len(chunks))]
         result = pd.concat(frames, ignore_index=True) if frames else score(items)
@@ -203,6 +208,14 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
     finally:
         lock.release()
         Path(lock.lock_file).unlink(missing_ok=True)
+
+
+def _steps(score) -> tuple:
+    """`score`'s prepare, run and finish steps (`pipeline.pipelined`): its own when it has them (a scorer
+    whose host work can overlap the device's), else all of it in the run step."""
+    if all(hasattr(score, name) for name in ("prepare", "run", "finish")):
+        return score.prepare, score.run, score.finish
+    return (lambda chunk: chunk), score, (lambda rows: rows)
 
 
 def _open_partial(partial: Path, key: dict, chunk_pairs: int) -> tuple[set[int], int]:
@@ -251,12 +264,17 @@ class RunDir:
         """`read(output)` when stage `name` finished with these `settings` earlier, else `produce()` (which
         writes `output`), then record the settings."""
         settings = json.loads(json.dumps(settings, default=str))
-        if self.state["stages"].get(name) == settings and Path(output).exists():
+        if self.finished(name, settings, output):
             return read(output)
         result = produce()
         self.state["stages"][name] = settings
         self.save()
         return result
+
+    def finished(self, name: str, settings: dict, output: Path) -> bool:
+        """Whether stage `name` finished earlier with these `settings` (its output is there)."""
+        settings = json.loads(json.dumps(settings, default=str))
+        return self.state["stages"].get(name) == settings and Path(output).exists()
 
     def save(self) -> None:
         with atomic_path(self.path / self.manifest) as tmp:

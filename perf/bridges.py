@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from timing import fastest, median_ratio, rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe.benchmarks.bridges import belebele, harness_requests  # noqa: E402
-from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs, token_logprobs  # noqa: E402
+from babelprobe.benchmarks.core.logprobs import token_logprobs  # noqa: E402
+from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs  # noqa: E402
 from babelprobe.models import load_model  # noqa: E402
 
 

@@ -1,49 +1,47 @@
-"""The whole XCOMPS workflow, timed per phase: `compare` (meta, direct, extraction, probes) end to end on
-XCOMPS-sized synthetic items and a randomly initialised model, each phase against a naive baseline and
-against its floor (the same model work, bare), both measured in the same run.
+"""The whole XCOMPS workflow, timed per phase: `compare` (direct with extraction fused into it, meta, probes)
+end to end on XCOMPS-sized synthetic items and a randomly initialised model, each phase against its floors and
+a naive baseline, all measured in the same run.
 
-    .venv/bin/python perf/workflow.py --shape tiny --pairs 4 --device cpu          # a smoke run (the test)
-    .venv/bin/python perf/workflow.py --shape llama-3.1-8b --pairs 135 --device cuda  # the headline goal
+    .venv/bin/python perf/workflow.py --shape tiny --pairs 4 --device cpu                # a smoke run (the test)
+    .venv/bin/python perf/workflow.py --shape llama-3.1-8b --pairs xcomps --device cuda  # the whole XCOMPS
+    .venv/bin/python perf/workflow.py --shape llama-3.1-8b --pairs 135 --device simulated  # progress without a GPU
 
-Items: the 17 XCOMPS languages × 4 negative types × `--pairs` minimal pairs. Each synthetic pair copies
-the texts and concept fields of a random pair of the bundled `xcomps-sample` in the same language (or,
-for the seven XCOMPS languages the sample lacks, of any language), so sentence and prompt lengths are
-drawn like the sample's. Speed does not depend on weight values, so the model is built from a config
-(`--shape`) with random weights; its vocabulary is the default tokenizer's (262k), which makes the
-output layer of the Llama shapes about twice as large as Llama's own 128k one (direct and meta are
-therefore measured on a harder case; `--tokenizer DIR` takes another tokenizer, or the default one's
-files copied to a machine without the gguf package). `--shape tiny` (the smoke run) has a 2,000-token BPE trained on
-the run's texts instead, so that it takes seconds. `--shape default` uses the real Gemma-3-270M.
+Items: the 17 XCOMPS languages × 4 negative types × `--pairs` minimal pairs (`xcomps`: 3,592, the paper's
+244,256; `quarter`: 898). Each synthetic pair takes its two concepts from one pair of the bundled
+`xcomps-sample` in the same language and negative type and its property from another, so texts and prompts
+are the sample's in length and distinct (4,624 combinations per cell; for the seven XCOMPS languages the sample
+lacks, a sample language stands in). Speed does not depend on weight values, so the model is built from a
+config (`--shape`) with random weights; its vocabulary is the default tokenizer's (262k), about twice Llama's
+own 128k (`--tokenizer DIR` takes another tokenizer, or the default one's files copied to a machine without
+the gguf package). `--shape tiny` (the smoke run) has a 2,000-token BPE trained on the run's texts instead;
+`--shape default` is the real Gemma-3-270M. `--device simulated` runs a stand-in of the shape whose forward
+holds the thread for the H200-measured device time (perf/simulated.py): host work and its overlap with the
+device, measured without a GPU.
 
-Each phase is reported against two references measured in the same run:
+Each phase is reported against references measured in the same run:
 
-  baseline  the naive way a user would do it (the texts through a plain HF forward):
-              direct   a forward with full logits over the item texts
-              meta     a forward with full logits over every prompt + answer, both orders
-              extract  a forward of the model body over the item texts (no output layer)
-              probe    the scikit-learn loop on the same store (`--no-sklearn`: skip)
-  floor     the least work the phase must do, through the same code path: the model calls babelprobe
-            made in that phase, recorded during its run and replayed bare (same inputs, same batches,
-            nothing captured, written, scored or tabulated):
-              extract  the body forward of the same batches (no hooks, no pooling, no writing)
-              direct   the body forward of the same batches (distinct texts) + the vocabulary projection
-                       and log-normaliser of only the rows that predict a scored token
-              meta     the same over the prefix tree: every shared prefix token run once (zero-filled
-                       KV caches of the recorded shapes stand in for the real ones)
-              probe    the solver's fits (`fit_predict` of every group, same problems, same parallelism)
-            so floor/babelprobe ≤ 1 by construction and 1 − floor/babelprobe is the share of the phase
-            that babelprobe spends outside the model (tokenising, batching, KV bookkeeping, hooks,
-            writing; for probes: folds, metrics, bootstrap intervals, tables).
+  floors     (perf/floors.py) the least of: the replay of babelprobe's own model calls of the phase; a bare
+             forward of the same tokens at the best budget of a sweep; and the arithmetic floor, the phase's
+             model FLOPs ÷ this device's dense matmul rate measured in this run. floor/babelprobe ≤ 1; MFU is
+             the phase's FLOPs ÷ (its seconds × that rate), per phase and end to end.
+  baseline   the naive way a user would do it (`--baseline`): a plain HF forward with every position's logits
+             over the item texts (direct) and every prompt + answer (meta), the body over the item texts
+             (extract), the scikit-learn loop on the same store (probe; `--no-sklearn` skips it).
 
-A warm-up forward runs before anything is timed, so no phase pays the first call's set-up. With
-`--repeat R` the whole comparison, the floors and the baselines take turns R times (perf/timing.py:
-alternating order, a fresh run directory each time); the ratios are the medians of the within-round
-ratios. For each phase: wall seconds, tokens/s, both references and their ratios to babelprobe, the
-process's CPU seconds and floor/babelprobe in CPU seconds (on a shared CPU the wall-clock ratio of runs
-minutes apart moves with other users' load; run with OMP_NUM_THREADS=1 there so CPU time is work), peak
-accelerator memory and, on CUDA with NVML, the GPU-busy fraction. The table is printed and written as
-JSON and Markdown (`--json`, `--markdown`) so that a run on a lent GPU can go into the README with the
-hardware named. Timings on a shared machine are noisy: compare ratios, rerun on a quiet one.
+and with host and device time: host = this process's CPU seconds (every thread's: tokenising, batching, prefix
+trees, tables, writing, launching), device = the simulated device's busy seconds (or, on CUDA, the NVML busy
+share × wall); wall ÷ max(host, device) is 1.0 when they overlap fully and about 2 when they run in series. On
+a shared machine the thread that drives the device also waits for a CPU (its run-queue wait, from
+/proc/thread-self/schedstat); the table gives that wait and the ratio with it taken off the wall.
+Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
+extract phase only checks the store; `--separate` runs extraction as a pass of its own.
+
+A warm-up runs before anything is timed. With `--repeat R` compare, the floors and the baselines take turns
+R times (perf/timing.py; a fresh run directory each time); seconds are the fastest round's, ratios the medians
+of the rounds'. The table is printed and written as JSON and Markdown (`--json`, `--markdown`) with the
+hardware named, with the FLOP count of the run and of the whole XCOMPS at this shape and what they take at
+100% and 50% MFU on an H100 (989 TFLOP/s dense bf16). Timings on a shared machine are noisy: compare ratios,
+use CPU seconds (OMP_NUM_THREADS=1), rerun on a quiet machine.
 """
 
 from __future__ import annotations
@@ -63,6 +61,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import floors  # noqa: E402  (perf/floors.py)
 from timing import rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe import comparison  # noqa: E402
@@ -73,6 +72,9 @@ from babelprobe.runs import RunDir  # noqa: E402
 
 XCOMPS_LANGUAGES = ("ar", "ca", "de", "el", "es", "fa", "fr", "he", "hu", "ja", "ko", "nl", "ru", "tr", "uk", "vi", "zh")
 SUBSETS = ("taxonomic", "overlap", "co-occurrence", "random")
+XCOMPS_PAIRS = 3592  # per language × negative type: 17 × 4 × 3,592 = 244,256 pairs (XCOMPS, Table 1)
+NAMED_PAIRS = {"xcomps": XCOMPS_PAIRS, "quarter": XCOMPS_PAIRS // 4}
+H100_FLOPS = 989.4e12  # dense bf16, H100 SXM (NVIDIA's data sheet): the MFU references of the projection
 SHAPES = {  # Llama-style bodies; vocabulary = the default tokenizer's
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
                  num_key_value_heads=2),
@@ -86,41 +88,67 @@ SHAPES = {  # Llama-style bodies; vocabulary = the default tokenizer's
 # ------------------------------------------------------------------------------------------------ inputs
 
 def synthetic_items(pairs: int, languages: tuple[str, ...], seed: int = 0) -> pd.DataFrame:
-    """`pairs` minimal pairs per language × subset, each a copy of a random sample pair (see docstring)."""
+    """`pairs` distinct minimal pairs per language × negative type: the concepts of one sample pair of that
+    cell with the property of another (module docstring), drawn without repeats while the cell has enough."""
     sample = load_items("xcomps-sample")
     rng = np.random.default_rng(seed)
-    by_language = {lang: part for lang, part in sample.groupby("language")}
+    known = sorted(sample["language"].unique())
     rows = []
     for lang in languages:
-        pool = by_language.get(lang, sample)
-        pair_ids = pool["pair_id"].unique()
+        donor = lang if lang in known else known[int(rng.integers(len(known)))]
         for subset in SUBSETS:
-            for k in range(pairs):
-                source = pool[pool["pair_id"] == rng.choice(pair_ids)]
+            cell = sample[(sample["language"] == donor) & (sample["subset"] == subset)]
+            good = cell[cell["label"] == 1].set_index("pair_id")
+            bad = cell[cell["label"] == 0].set_index("pair_id").loc[good.index]
+            n = len(good)
+            combos = rng.choice(n * n, size=pairs, replace=pairs > n * n)
+            for k, combo in enumerate(combos.tolist()):
+                concepts, prop = divmod(combo, n)
                 pair_id = f"{lang}-{subset}-{k:05d}"
-                for row in source.to_dict("records"):
-                    side = "good" if row["label"] == 1 else "bad"
-                    rows.append({**row, "item_id": f"{pair_id}-{side}", "pair_id": pair_id, "language": lang,
-                                 "subset": subset})
+                donor_good = good.iloc[prop]
+                text, prefix, continuation = donor_good["text"], donor_good["prefix"], donor_good["continuation"]
+                join = text[len(prefix):len(text) - len(continuation)]  # what joins prefix and property
+                for side, row in (("good", good.iloc[concepts]), ("bad", bad.iloc[concepts])):
+                    rows.append({**row.to_dict(), "pair_id": pair_id, "item_id": f"{pair_id}-{side}",
+                                 "language": lang, "subset": subset, "continuation": continuation,
+                                 "text": row["prefix"] + join + continuation, "property": donor_good["property"],
+                                 "label": 1 if side == "good" else 0})
     return pd.DataFrame(rows)
 
 
 def build_model(shape: str, device: str, dtype: str | None, texts: list[str], tokenizer_dir: str | None = None):
-    if shape == "default":
-        return load_model("default", device=device, dtype=dtype)
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    """The model of `shape` on `device`; on the simulated device (perf/simulated.py) a stand-in of that
+    shape, whose `Device` clock is `lm.simulated` (None on a real device)."""
+    if shape == "default" and device != "simulated":
+        lm = load_model("default", device=device, dtype=dtype)
+        lm.simulated = None
+        return lm
+    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
 
     from babelprobe.models import parse_dtype
 
     tokenizer = small_tokenizer(texts) if shape == "tiny" else default_tokenizer(tokenizer_dir)
-    config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2, eos_token_id=1,
-                         pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
+    if shape == "default":
+        from babelprobe.models import _converted_default
+
+        config = AutoConfig.from_pretrained(_converted_default())
+    else:
+        config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2,
+                             eos_token_id=1, pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
+    if device == "simulated":
+        from simulated import simulated_model
+
+        lm, clock = simulated_model(shape, config, tokenizer, parse_dtype(dtype) or torch.bfloat16)
+        lm.simulated = clock
+        return lm
     torch_dtype = parse_dtype(dtype) or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     torch.manual_seed(0)
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     # a fixed fingerprint: hashing billions of random weights would take minutes and mean nothing
-    return wrap_model(model.eval(), tokenizer, name=f"random {shape}", fingerprint=f"random-{shape}")
+    lm = wrap_model(model.eval(), tokenizer, name=f"random {shape}", fingerprint=f"random-{shape}")
+    lm.simulated = None
+    return lm
 
 
 def default_tokenizer(directory: str | None = None):
@@ -149,14 +177,24 @@ def small_tokenizer(texts: list[str]):
                                    bos_token="<bos>")
 
 
+def meta_texts(items: pd.DataFrame) -> tuple[list[str], list[int]]:
+    """Every prompt + answer the meta scorer scores (both orders, both answers), and where each answer starts."""
+    pairs, languages, prompts = meta_requests(items)
+    texts, starts, _ = prompt_texts(pairs, prompts, languages, close_quote=True,
+                                    render=lambda template, prop, w1, w2: template.plain(prop, w1, w2))
+    return texts, starts
+
+
 # ---------------------------------------------------------------------------------------------- measuring
 
 class Meter:
-    """Wall time, peak accelerator memory and GPU-busy share of one phase."""
+    """Wall, CPU (host) and device seconds, peak accelerator memory and GPU-busy share of one phase."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, clock=None):
         self.cuda = device.type == "cuda"
         self.busy: list[float] = []
+        self.clock = clock  # the simulated device's (perf/simulated.py), or None
+        self.device_seconds = float("nan")
 
     def __enter__(self):
         if self.cuda:
@@ -165,6 +203,8 @@ class Meter:
             self._sampling = True
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
+        self.device_start = self.clock.busy if self.clock is not None else 0.0
+        self.queued_start = run_queue_wait()
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
@@ -173,10 +213,15 @@ class Meter:
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self.start
         self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
+        self.queued = run_queue_wait() - self.queued_start  # the calling thread's, on a loaded machine
+        if self.clock is not None:
+            self.device_seconds = self.clock.busy - self.device_start
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
         if self.cuda:
             self._sampling = False
             self._thread.join()
+            if self.busy:
+                self.device_seconds = self.gpu_busy * self.seconds
         return False
 
     def _sample(self):
@@ -192,7 +237,18 @@ class Meter:
         return float(np.mean(self.busy)) if self.busy else float("nan")
 
 
-def bare_forward(lm, texts: list[str], batch_tokens: int, head: bool, device: torch.device) -> tuple[float, int]:
+def run_queue_wait() -> float:
+    """Seconds the calling thread has waited, ready to run, for a CPU (/proc/thread-self/schedstat; NaN where
+    the kernel does not say). On a shared machine the thread that drives the device loses that time to other
+    users' processes: the wall time less it is what the phase would take with a core of its own."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def naive_forward(lm, texts: list[str], batch_tokens: int, head: bool, device: torch.device) -> tuple[float, int]:
     """Seconds and tokens of a baseline: the texts through the model in length-sorted batches under the
     token budget, with (`head`: HF's own forward, every position's logits) or without the output layer."""
     encodings = lm.encode(texts, truncate=True)
@@ -207,170 +263,58 @@ def bare_forward(lm, texts: list[str], batch_tokens: int, head: bool, device: to
     return meter.seconds, sum(len(e.ids) for e in encodings)
 
 
-def meta_texts(items: pd.DataFrame) -> list[str]:
-    """Every prompt + answer the meta scorer scores (both orders, both answers), as plain texts."""
-    pairs, languages, prompts = meta_requests(items)
-    texts, _, _ = prompt_texts(pairs, prompts, languages, close_quote=True,
-                               render=lambda template, prop, w1, w2: template.plain(prop, w1, w2))
-    return texts
-
-
-# ------------------------------------------------------------------------------------------- the floor
-
-class ModelCalls:
-    """Records the model calls babelprobe makes in each phase, to replay them bare (the floor).
-
-    While `phase` is set, every forward of the model body (`lm.parts.body`) is recorded with its inputs
-    (token ids, mask, positions: copies) and the shapes of the KV cache it was given, and every
-    vocabulary projection (`lm.parts.logits`) with its number of rows. The originals run unchanged."""
-
-    def __init__(self, lm):
-        self.lm, self.phase = lm, None
-        self.calls: dict[str, list] = {}
-
-    def __enter__(self):
-        body, parts = self.lm.parts.body, self.lm.parts
-        self.forward, self.logits = body.forward, parts.logits
-
-        def forward(*args, **kwargs):
-            if self.phase is not None:
-                cache = kwargs.get("cache", kwargs.get("past_key_values"))
-                shapes = None if cache is None else [(layer.keys.shape, layer.values.shape, layer.keys.dtype)
-                                                     for layer in cache.layers
-                                                     if getattr(layer, "keys", None) is not None]
-                inputs = {k: v.detach().clone() for k, v in kwargs.items() if torch.is_tensor(v)}
-                flags = {k: v for k, v in kwargs.items() if not torch.is_tensor(v)
-                         and k not in ("cache", "past_key_values")}
-                self.calls.setdefault(self.phase, []).append(("body", inputs, flags, shapes))
-            return self.forward(*args, **kwargs)
-
-        def logits(hidden):
-            if self.phase is not None:
-                self.calls.setdefault(self.phase, []).append(("logits", hidden.shape, hidden.dtype))
-            return self.logits(hidden)
-
-        body.forward, parts.logits = forward, logits
-        return self
-
-    def __exit__(self, *exc):
-        self.lm.parts.body.forward, self.lm.parts.logits = self.forward, self.logits
-        return False
-
-    def replay(self, phase: str, device: torch.device) -> tuple[float, float]:
-        """Seconds of the phase's model calls run again bare: each body forward on the recorded inputs
-        (with a zero-filled cache of the recorded shapes where it had one, built outside the clock), each
-        projection on as many zero rows followed by the log-normaliser and the target gather, as the
-        scorers do. Only the calls themselves are timed."""
-        from transformers import DynamicCache
-
-        from babelprobe.benchmarks.core.logprobs import _logsumexp_
-
-        lm, seconds, cpu = self.lm, 0.0, 0.0
-        with torch.inference_mode():
-            for call in self.calls.get(phase, []):
-                if call[0] == "body":
-                    _, inputs, flags, shapes = call
-                    kwargs = dict(inputs, **flags)
-                    if shapes is not None:
-                        cache = DynamicCache()
-                        kwargs.update(lm.parts.cache_argument(cache))
-                        for layer, (k, v, dtype) in enumerate(shapes):
-                            cache.update(torch.zeros(k, dtype=dtype, device=lm.device),
-                                         torch.zeros(v, dtype=dtype, device=lm.device), layer)
-                    with Clock(device) as clock:
-                        self.forward(**kwargs)
-                else:
-                    _, shape, dtype = call
-                    states = torch.zeros(shape, dtype=dtype, device=lm.device)
-                    targets = torch.zeros(shape[0], 1, dtype=torch.long, device=lm.device)
-                    with Clock(device) as clock:
-                        logits = self.logits(states).float()
-                        logits.gather(1, targets)
-                        _logsumexp_(logits)
-                seconds += clock.seconds
-                cpu += clock.cpu_seconds
-        return seconds, cpu
-
-
-class Clock:
-    """Wall seconds of a block, the device synchronised at both ends (light enough to wrap every call)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-
-    def __enter__(self):
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.start, self.cpu_start = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.seconds = time.perf_counter() - self.start
-        self.cpu_seconds = time.process_time() - self.cpu_start
-        return False
-
-
-class FitCalls:
-    """Records the solver calls of the probe phase (`fit_predict` as the sweep calls it, per group) and
-    replays them with the sweep's own parallelism: the probe phase's floor."""
-
-    def __init__(self):
-        self.calls: list = []
-        self.recording = False
-
-    def __enter__(self):
-        import babelprobe.probes.run as runner
-
-        self.runner, self.original = runner, runner.fit_predict
-
-        def recorded(*args, **kwargs):
-            if self.recording:
-                self.calls.append((args, kwargs))
-            return self.original(*args, **kwargs)
-
-        runner.fit_predict = recorded
-        return self
-
-    def __exit__(self, *exc):
-        self.runner.fit_predict = self.original
-        return False
-
-    def replay(self, device: torch.device) -> tuple[float, float]:
-        from babelprobe.probes.run import group_workers, map_groups
-
-        workers = group_workers(None, "torch", None, len(self.calls))
-        with Meter(device) as meter:
-            map_groups(lambda call: self.original(*call[0], **call[1]), self.calls, workers, False)
-        return meter.seconds, meter.cpu_seconds
-
-
 # ------------------------------------------------------------------------------------------------- the run
 
 PHASES = (("direct", "direct"), ("meta", "meta"), ("extract", "extract"), ("probe", "neuro"))
 BASELINE_NAMES = {"direct": "HF forward, all logits", "meta": "HF forward, all logits",
-                  "extract": "body forward, own batches", "probe": "scikit-learn loop"}
-FLOOR_NAMES = {"direct": "body + needed rows' logits", "meta": "prefix tree + needed rows' logits",
-               "extract": "body forward, same batches", "probe": "solver fits only"}
+                  "extract": "body forward", "probe": "scikit-learn loop"}
 
 
-def run(args) -> list[dict]:
-    device = torch.device(args.device)
+def run(args) -> tuple[list[dict], dict]:
+    device = torch.device("cpu" if args.device == "simulated" else args.device)
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")), seed=args.seed)
     if args.pairs == 1:  # one pair per cell cannot be split into pair-grouped folds: probe per language
         items["subset"] = "all"
-    lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *meta_texts(items)], args.tokenizer)
+    texts, starts = meta_texts(items)
+    lm = build_model(args.shape, args.device, args.dtype, [*items["text"], *texts], args.tokenizer)
     warm_up(lm)
-    calls, fits = ModelCalls(lm), FitCalls()
+    if lm.simulated is not None:
+        simulate_gpu_batching()
+    comparison.FUSE = not args.separate
+    work = {name: floors.Work([], 0) for name, _ in PHASES[:3]}
+    if not args.replay_only:
+        work = {"direct": floors.direct_work(lm, items["text"].tolist()),
+                "meta": floors.meta_work(lm, texts, starts, args.batch_tokens),
+                "extract": floors.extract_work(lm, items["text"].tolist()) if args.separate else floors.Work([], 0)}
+    rate = floors.matmul_rate(lm, device)
+    calls, fits = floors.ModelCalls(lm), floors.FitCalls()
     with calls, fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         runs = {"babelprobe": lambda: babelprobe_run(lm, items, Path(tmp), args, device, calls, fits),
-                "floor": lambda: floor_runs(calls, fits, device),
-                "baseline": lambda: baseline_runs(lm, items, Path(tmp), args, device)}
-        if args.no_baseline:  # the naive baselines take long (meta's: every position's logits over 262k)
+                "floor": lambda: floor_runs(lm, calls, fits, work, args, device),
+                "baseline": lambda: baseline_runs(lm, items, texts, Path(tmp), args, device)}
+        if not args.baseline:  # the naive baselines take long (meta's: every position's logits over 262k)
             runs["baseline"] = dict
+        if args.no_floors:  # a run at scale: babelprobe's phases and their arithmetic floor only
+            runs["floor"] = lambda: {"rate": rate, **{name: {"replay": (float("nan"), float("nan")), "bare": {}}
+                                                      for name, _ in PHASES}}
         rounds_done = rounds(runs, args.repeat)
-    return table(rounds_done, args)
+    vocab = lm.parts.head.weight.shape[0]
+    flops = {name: w.flops(lm.model.config, vocab) for name, w in work.items()}
+    rate = max([rate, *(r["floor"][0].get("rate", 0.0) for r in rounds_done)])
+    return table(rounds_done, args, len(items) // 2, flops, rate), {"flops": flops, "rate": rate}
+
+
+def simulate_gpu_batching() -> None:
+    """The simulated device is batched as a GPU is: extraction's batches cut by the budget alone, prefix-tree
+    batches bounded by their new tokens (the device policies of `extract.run.min_fill`, `prefix.past_budget`)."""
+    import babelprobe.extract.run as extract_run
+
+    extract_run.min_fill = lambda device: 0.0
+    try:
+        import babelprobe.benchmarks.core.prefix as prefix
+    except ImportError:  # an older babelprobe (a "before" run) has no device policy for prefix trees
+        return
+    prefix.past_budget = lambda device: prefix.PAST_PER_TOKEN
 
 
 def warm_up(lm) -> None:
@@ -382,7 +326,7 @@ def warm_up(lm) -> None:
         lm.parts.logits(hidden[0, :2]).float()
 
 
-def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: FitCalls) -> dict:
+def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
     """`compare` into a fresh directory, each phase timed; the first run records the model and solver calls."""
     phases: dict[str, Meter] = {}
     stage, ensure_store = RunDir.stage, comparison._ensure_store
@@ -392,7 +336,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: 
         calls.phase = name if recording else None
         fits.recording = recording and name == "neuro"
         try:
-            with Meter(device) as phases[name]:
+            with Meter(device, lm.simulated) as phases[name]:
                 return stage(self, name, settings, produce, output, read)
         finally:
             calls.phase, fits.recording = None, False
@@ -400,21 +344,25 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls: ModelCalls, fits: 
     def timed_store(*a, **k):
         calls.phase = "extract" if recording else None
         try:
-            with Meter(device) as phases["extract"]:
-                return ensure_store(*a, **k)
+            with Meter(device, lm.simulated) as phases["extract"]:
+                return ensure_store(*a, **k, **({"dtype": args.store_dtype} if args.store_dtype else {}))
         finally:
             calls.phase = None
 
+    import babelprobe.probes as probes
+
     out = Path(tempfile.mkdtemp(dir=tmp, prefix="compare-"))
-    RunDir.stage, comparison._ensure_store = timed_stage, timed_store
+    RunDir.stage, comparison._ensure_store, probe = timed_stage, timed_store, probes.probe
+    if args.probe_layers != "all":  # compare probes every layer; a simulated run may take fewer (zeros, on a CPU)
+        probes.probe = lambda *a, **k: probe(*a, **k, layers=args.probe_layers)
     try:
         comparison.compare(lm, items, out, folds=folds(args), batch_tokens=args.batch_tokens,
                            progress=not args.no_progress)
     finally:
-        RunDir.stage, comparison._ensure_store = stage, ensure_store
+        RunDir.stage, comparison._ensure_store, probes.probe = stage, ensure_store, probe
     done = {name: phases[phase] for name, phase in PHASES}
     say("babelprobe", {name: meter.seconds for name, meter in done.items()})
-    return {"phases": done, "acts": out / "acts"}
+    return {"phases": done}
 
 
 def say(run: str, seconds: dict) -> None:
@@ -422,17 +370,24 @@ def say(run: str, seconds: dict) -> None:
     print(f"{run}: " + ", ".join(f"{name} {value:.2f} s" for name, value in seconds.items()), flush=True)
 
 
-def floor_runs(calls: ModelCalls, fits: FitCalls, device) -> dict:
-    out = {name: calls.replay(phase, device) for name, phase in PHASES if name != "probe"}
-    out["probe"] = fits.replay(device)
-    say("floor", {name: wall for name, (wall, _) in out.items()})
+def floor_runs(lm, calls, fits, work: dict, args, device) -> dict:
+    """Per phase: the replay of its calls (seconds, CPU seconds) and the bare forward at each budget."""
+    budgets = floors.CPU_BUDGETS if device.type == "cpu" and lm.simulated is None else floors.GPU_BUDGETS
+    out = {}
+    for name, phase in PHASES[:3]:
+        out[name] = {"replay": calls.replay(phase, device),
+                     "bare": floors.bare_seconds(lm, work[name], budgets, device, args.sweep_tokens)
+                     if work[name].tokens else {}}
+    out["probe"] = {"replay": fits.replay(device), "bare": {}}
+    out["rate"] = floors.matmul_rate(lm, device)  # each round's: the best of the rounds is the reference
+    say("floor (replay)", {name: value["replay"][0] for name, value in out.items() if name != "rate"})
     return out
 
 
-def baseline_runs(lm, items, tmp: Path, args, device) -> dict:
-    out = {"direct": bare_forward(lm, items["text"].tolist(), args.batch_tokens, True, device),
-           "meta": bare_forward(lm, meta_texts(items), args.batch_tokens, True, device),
-           "extract": bare_forward(lm, items["text"].tolist(), args.batch_tokens, False, device)}
+def baseline_runs(lm, items, texts, tmp: Path, args, device) -> dict:
+    out = {"direct": naive_forward(lm, items["text"].tolist(), args.batch_tokens, True, device),
+           "meta": naive_forward(lm, texts, args.batch_tokens, True, device),
+           "extract": naive_forward(lm, items["text"].tolist(), args.batch_tokens, False, device)}
     stores = sorted(tmp.glob("compare-*/acts"))
     if not args.no_sklearn and stores:
         from babelprobe.probes import probe
@@ -444,33 +399,56 @@ def baseline_runs(lm, items, tmp: Path, args, device) -> dict:
     return out
 
 
-def table(done: list[dict], args) -> list[dict]:
-    """One row per phase: babelprobe's fastest round, both references' fastest, and the median of each
-    within-round ratio (reference seconds / babelprobe seconds)."""
+def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> list[dict]:
+    """One row per phase: babelprobe's fastest round, its host and device time per pair, each floor (fastest
+    round), the least of them and the median within rounds of floor / babelprobe, MFU and the baseline."""
     rows = []
     for name, _ in PHASES:
         ours = [r["babelprobe"][0]["phases"][name] for r in done]
-        base = [r["baseline"][0].get(name) for r in done]
-        floor = [r["floor"][0][name] for r in done]
         best = min(ours, key=lambda m: m.seconds)
-        tokens = base[0][1] if base[0] else 0
-        row = {"phase": name, "seconds": round(best.seconds, 3),
-               "tokens_per_s": round(tokens / best.seconds, 1) if tokens else None,
-               "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
-               "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
-               "baseline_ratio": _median([b[0] / m.seconds for b, m in zip(base, ours, strict=True)]) if base[0]
-               else None,
-               "floor": FLOOR_NAMES[name], "floor_seconds": round(min(f[0] for f in floor), 3),
-               "floor_ratio": _median([f[0] / m.seconds for f, m in zip(floor, ours, strict=True)]),
-               # CPU seconds of this process: what a shared machine's other users change least
-               "cpu_seconds": round(best.cpu_seconds, 3),
-               "floor_cpu_ratio": _median([f[1] / m.cpu_seconds for f, m in zip(floor, ours, strict=True)]),
-               "rounds": len(done), "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2)}
-        rows.append(row)
+        found = [r["floor"][0][name] for r in done]
+        replay = min(f["replay"][0] for f in found)
+        bare = {budget: min(f["bare"][budget][0] for f in found) for budget in found[0]["bare"]}
+        budget = min(bare, key=bare.get) if bare else None
+        arithmetic = flops.get(name, 0.0) / rate if flops.get(name) else None
+        candidates = {key: value for key, value in (("replay", replay), (f"bare@{budget}", bare.get(budget)),
+                                                     ("arithmetic", arithmetic)) if value is not None and value == value}
+        least = min(candidates, key=candidates.get) if candidates else None
+        fused = name == "extract" and not args.separate  # its model work is direct scoring's own passes
+
+        def floor_of(f, at=0, arithmetic=arithmetic):  # a round's least floor in wall (0) or CPU (1) seconds
+            values = [v for v in (f["replay"][at], *(b[at] for b in f["bare"].values()), arithmetic)
+                      if v is not None and v == v]
+            return min(values) if values else float("nan")
+
+        base = [r["baseline"][0].get(name) for r in done]
+        device_s = best.device_seconds
+        rows.append({
+            "phase": name, "seconds": round(best.seconds, 3), "cpu_seconds": round(best.cpu_seconds, 3),
+            "host_ms_per_pair": round(1000 * best.cpu_seconds / n_pairs, 3),
+            "device_ms_per_pair": round(1000 * device_s / n_pairs, 3) if device_s == device_s else None,
+            "overlap": round(best.seconds / max(best.cpu_seconds, device_s), 3) if device_s == device_s else None,
+            "queued_s": round(best.queued, 3) if best.queued == best.queued else None,
+            "overlap_own_core": round((best.seconds - best.queued) / max(best.cpu_seconds, device_s), 3)
+            if device_s == device_s and best.queued == best.queued else None,
+            "floor_replay": None if fused or replay != replay else round(replay, 3), "floor_bare": round(bare[budget], 3) if bare else None,
+            "bare_budget": budget, "floor_arithmetic": round(arithmetic, 3) if arithmetic else None,
+            "floor": "fused into direct" if fused else least,
+            "floor_seconds": round(candidates[least], 3) if least else None,
+            "floor_ratio": None if fused or not least else _median([floor_of(f) / m.seconds
+                                                                     for f, m in zip(found, ours, strict=True)]),
+            # CPU seconds: what a shared machine's other users change least (run with OMP_NUM_THREADS=1)
+            "floor_cpu_ratio": None if fused or not least else _median([floor_of(f, 1) / m.cpu_seconds
+                                                                         for f, m in zip(found, ours, strict=True)]),
+            "mfu": round(flops.get(name, 0.0) / (best.seconds * rate), 3) if flops.get(name) else None,
+            "flops": flops.get(name), "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
+            "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
+            "baseline_ratio": _median([b[0] / m.seconds for b, m in zip(base, ours, strict=True)]) if base[0] else None,
+            "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2), "rounds": len(done)})
     total = min(r["babelprobe"][1] for r in done)
-    rows.append({"phase": "total", "seconds": round(total, 3), "tokens_per_s": None, "baseline": "",
-                 "baseline_seconds": None, "baseline_ratio": None, "floor": "", "floor_seconds": None,
-                 "floor_ratio": None, "cpu_seconds": None, "floor_cpu_ratio": None, "rounds": len(done), "peak_gib": None, "gpu_busy": None})
+    all_flops = sum(flops.values())
+    rows.append({"phase": "total", "seconds": round(total, 3), "flops": all_flops,
+                 "mfu": round(all_flops / (total * rate), 3), "rounds": len(done)})
     return rows
 
 
@@ -487,41 +465,88 @@ def folds(args) -> int:
 
 # ---------------------------------------------------------------------------------------------- reporting
 
+COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "host ms/pair"),
+           ("device_ms_per_pair", "device ms/pair"), ("overlap", "wall/max(host, device)"),
+           ("queued_s", "run-queue wait s"), ("overlap_own_core", "same, less the wait"),
+           ("floor_replay", "replay s"), ("floor_bare", "bare s"), ("bare_budget", "bare budget"),
+           ("floor_arithmetic", "arithmetic s"), ("floor", "least"), ("floor_ratio", "floor/babelprobe"),
+           ("floor_cpu_ratio", "floor/babelprobe (CPU s)"),
+           ("mfu", "MFU"), ("baseline_seconds", "baseline s"), ("baseline_ratio", "baseline/babelprobe"),
+           ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"))
+
+
 def markdown(rows: list[dict], header: dict) -> str:
     lines = [f"**{header['shape']}** on {header['hardware']} ({header['pairs_total']} pairs, "
              f"{header['languages']} languages, batch_tokens {header['batch_tokens']}, {header['dtype']}, "
-             f"{header['rounds']} round(s){', shared machine' if header.get('shared') else ''})", "",
-             "| phase | seconds | tokens/s | baseline | baseline s | baseline/babelprobe | floor | floor s | "
-             "floor/babelprobe | CPU s | floor/babelprobe (CPU) | peak GiB | GPU busy |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{header['rounds']} round(s){', extraction separate' if header.get('separate') else ''}"
+             f"{', shared machine' if header.get('shared') else ''}"
+             f"{'' if header.get('probe_layers', 'all') == 'all' else ', probes of layer(s) ' + header['probe_layers']}"
+             f"; matmul rate {header['rate'] / 1e12:.3g} "
+             "TFLOP/s)", "",
+             "| " + " | ".join(title for _, title in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in rows:
-        cells = [r["phase"], r["seconds"], r["tokens_per_s"], r["baseline"], r["baseline_seconds"],
-                 r["baseline_ratio"], r["floor"], r["floor_seconds"], r["floor_ratio"], r["cpu_seconds"],
-                 r["floor_cpu_ratio"], r["peak_gib"], r["gpu_busy"]]
+        cells = [r.get(key) for key, _ in COLUMNS]
         lines.append("| " + " | ".join("" if c is None or c != c else str(c) for c in cells) + " |")
+    lines += ["", projection(rows, header)]
     return "\n".join(lines)
 
 
+def projection(rows: list[dict], header: dict) -> str:
+    """The FLOPs of this run and of the whole XCOMPS at this shape (per pair, scaled), and the time they take
+    at 100% and 50% MFU on an H100."""
+    flops = next(r["flops"] for r in rows if r["phase"] == "total")
+    xcomps = flops / header["pairs_total"] * len(XCOMPS_LANGUAGES) * len(SUBSETS) * XCOMPS_PAIRS
+    return (f"Model FLOPs: {flops:.3g} for these {header['pairs_total']} pairs; the whole XCOMPS (244,256 pairs) at "
+            f"this shape: {xcomps:.3g}, {xcomps / H100_FLOPS / 60:.1f} min at 100% MFU and "
+            f"{2 * xcomps / H100_FLOPS / 60:.1f} min at 50% MFU on an H100 (989 TFLOP/s dense bf16).")
+
+
 def hardware(device: str) -> str:
+    if device == "simulated":
+        return f"a simulated H200 (perf/simulated.py) on CPU ({platform.processor() or platform.machine()})"
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def pair_count(value: str) -> int:
+    if value in NAMED_PAIRS:
+        return NAMED_PAIRS[value]
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--pairs takes a number, xcomps or quarter, not {value!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", default="tiny", choices=[*SHAPES, "default"])
-    parser.add_argument("--pairs", type=int, default=4, help="pairs per language × negative type (XCOMPS: ~135); "
-                        "probes use 5 folds, or --pairs folds when fewer; with 1, one probe group per language "
-                        "(pair-grouped folds cannot split a single pair)")
+    parser.add_argument("--pairs", type=pair_count, default=4, help="pairs per language × negative type: a number, "
+                        "xcomps (3,592: the whole XCOMPS) or quarter (898); probes use 5 folds, or --pairs folds when "
+                        "fewer; with 1, one probe group per language (pair-grouped folds cannot split a single pair)")
     parser.add_argument("--languages", default=",".join(XCOMPS_LANGUAGES))
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA, fp32 on CPU)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cuda, cpu, or simulated (perf/simulated.py: a stand-in of --shape that holds the "
+                        "thread for the measured device time)")
+    parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA and simulated, fp32 on CPU)")
     parser.add_argument("--batch-tokens", type=int, default=4096)
+    parser.add_argument("--store-dtype", choices=("float32", "float16", "bfloat16"),
+                        help="the activation store's dtype (default float32: 540 KB per item at the 8B shape)")
+    parser.add_argument("--separate", action="store_true", help="extraction as a pass of its own (not fused into "
+                        "direct scoring)")
+    parser.add_argument("--no-floors", action="store_true", help="measure no floor (the arithmetic one, computed, "
+                        "stays): a run at scale, whose floors come from a smaller run")
+    parser.add_argument("--replay-only", action="store_true", help="floors: only the replay of babelprobe's own "
+                        "calls (no bare-forward sweep, no arithmetic floor)")
+    parser.add_argument("--sweep-tokens", type=int, help="measure each bare-forward budget on at most this many "
+                        "tokens of the phase, scaled up (default: all of them)")
+    parser.add_argument("--probe-layers", default="all", metavar="SPEC", help="the layers the probe phase fits "
+                        "(default all, as compare; a simulated run's store holds zeros: `0` keeps its probe phase short)")
     parser.add_argument("--tokenizer", metavar="DIR", help="the Llama shapes' tokenizer directory (default: the "
                         "default model's, converted once into the cache)")
+    parser.add_argument("--baseline", action="store_true", help="also run the naive baselines (slow at 262k logits)")
+    parser.add_argument("--no-baseline", action="store_true", help=argparse.SUPPRESS)  # the old default, now the default
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn probe baseline")
-    parser.add_argument("--no-baseline", action="store_true", help="skip every naive baseline (floors only)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp", help="where the run directory goes (default: the system's temporary dir)")
     parser.add_argument("--json", help="write the table as JSON here")
@@ -533,19 +558,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs must be at least 1 (got {args.pairs})")
-    rows = run(args)
+    rows, extra = run(args)
     n_languages = len(args.languages.split(","))
     header = {"shape": args.shape, "folds": folds(args), "hardware": hardware(args.device), "device": args.device,
-              "dtype": args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"),
+              "dtype": args.dtype or ("float32" if args.device == "cpu" else "bfloat16"),
               "pairs_per_cell": args.pairs, "pairs_total": args.pairs * n_languages * len(SUBSETS),
               "languages": n_languages, "batch_tokens": args.batch_tokens, "torch": torch.__version__,
-              "rounds": args.repeat, "shared": args.shared}
-    table = markdown(rows, header)
-    print(table)
+              "rounds": args.repeat, "shared": args.shared, "separate": args.separate, "rate": extra["rate"],
+              "store_dtype": args.store_dtype or "float32", "probe_layers": args.probe_layers}
+    text = markdown(rows, header)
+    print(text)
     if args.json:
-        Path(args.json).write_text(json.dumps({"run": header, "phases": rows}, indent=1), encoding="utf-8")
+        Path(args.json).write_text(json.dumps({"run": header, "phases": rows}, indent=1, default=float),
+                                   encoding="utf-8")
     if args.markdown:
-        Path(args.markdown).write_text(table + "\n", encoding="utf-8")
+        Path(args.markdown).write_text(text + "\n", encoding="utf-8")
     return 0
 
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs, token_logprobs
+from babelprobe.benchmarks.core.logprobs import token_logprobs
+from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 from babelprobe.models import wrap_model
 from tests.tiny import tiny_config, tiny_lm, tiny_tokenizer
 
@@ -51,7 +52,16 @@ MODELS = {"llama": lambda: tiny_lm("llama"), "gemma3": lambda: tiny_lm("gemma3")
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-def test_matches_plain_forward_pass(name):
+@pytest.mark.parametrize(("past", "stack"), [(None, True), (8, True), (None, False)],
+                         ids=["cpu-batches", "accelerator-batches", "kv-per-layer"])
+def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
+    """Also with an accelerator's batches (`prefix.past_budget`: the budget bounds the new tokens, the copied
+    past may be 8 times as large), which hold more rows of longer pasts, and with the keys and values kept per
+    layer (as for a model dispatched over devices) instead of in one tensor."""
+    import babelprobe.benchmarks.core.prefix as prefix
+
+    monkeypatch.setattr(prefix, "past_budget", lambda device: past)
+    monkeypatch.setattr(prefix, "STACK_KV", stack)
     lm = MODELS[name]()
     texts, starts = requests()
     expected = [reference(lm, text, start) for text, start in zip(texts, starts)]

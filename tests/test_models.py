@@ -115,3 +115,37 @@ def test_a_dispatched_model_takes_inputs_on_its_embeddings_device_and_logits_com
         hidden = lm.parts.body(input_ids=ids).last_hidden_state
         torch.testing.assert_close(lm.parts.logits(hidden), tiny.model(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
     assert lm.describe()["device_map"] == lm.device_map
+
+
+def wrapper_tokens(tokenizer, texts):
+    """The transformers wrapper's own tokenisation: ids and spans of each text, no special tokens added."""
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    return [(list(ids), [tuple(o) for o in offs]) for ids, offs in zip(enc["input_ids"], enc["offset_mapping"])]
+
+
+def sample_texts(tokenizer):
+    """Item texts of every bundled sample language, meta prompts with answers, and text holding a special token."""
+    from babelprobe.benchmarks.meta import meta_requests, prompt_texts
+    from babelprobe.items import load_items
+
+    items = load_items("xcomps-sample", limit=2)
+    pairs, languages, prompts = meta_requests(items)
+    texts, _, _ = prompt_texts(pairs, prompts, languages, True, lambda t, p, a, b: t.plain(p, a, b))
+    return [*items["text"], *texts, f"{tokenizer.bos_token} A dog {tokenizer.eos_token}", "", "  two  spaces "]
+
+
+def test_tokenize_gives_the_wrappers_tokens_and_spans(tiny):
+    """`models.tokenize` calls the Rust backend directly: the same ids and character spans as the wrapper."""
+    texts = sample_texts(tiny.tokenizer)
+    assert models.tokenize(tiny.tokenizer, texts) == wrapper_tokens(tiny.tokenizer, texts)
+    tiny.tokenizer.backend_tokenizer.enable_truncation(4)  # a setting left on the backend is not applied
+    try:
+        assert models.tokenize(tiny.tokenizer, texts) == wrapper_tokens(tiny.tokenizer, texts)
+    finally:
+        tiny.tokenizer.backend_tokenizer.no_truncation()
+
+
+@pytest.mark.slow
+def test_tokenize_gives_the_wrappers_tokens_and_spans_with_the_default_tokenizer(default_lm):
+    texts = sample_texts(default_lm.tokenizer)
+    assert models.tokenize(default_lm.tokenizer, texts) == wrapper_tokens(default_lm.tokenizer, texts)

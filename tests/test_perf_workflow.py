@@ -1,8 +1,9 @@
 """perf/workflow.py must not rot: its smoke run (the acceptance command of the workflow perf issue) runs
-every phase of `compare`, its naive baseline and its floor (the phase's own model or solver calls,
-recorded and replayed bare), and reports each. No timing is asserted here; what the floor replays is
-checked against the phase's own work: the same token batches as babelprobe's extraction, and only as
-many vocabulary rows as the scored tokens."""
+every phase of `compare`, its naive baseline and its floors (the replay of the phase's own model or solver
+calls, a bare forward of the same tokens at each budget of a sweep, the FLOPs over the measured matmul rate),
+and reports each; on the simulated device too (perf/simulated.py). No timing is asserted here; what the floors
+count is checked against independent counts: the replay against the phase's own batches and scored tokens,
+the FLOPs against the model's own parameter count, the simulated model against a real one's shapes."""
 
 from __future__ import annotations
 
@@ -12,29 +13,53 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from babelprobe.models import pad_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
-def test_workflow_smoke_run_reports_every_phase(tmp_path):
+def run_workflow(tmp_path, *options):
     out = tmp_path / "workflow.json"
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--shape", "tiny", "--pairs", "4",
-                           "--device", "cpu", "--no-progress", "--json", str(out), "--markdown", str(tmp_path / "w.md"),
-                           "--tmp", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--no-progress", "--json", str(out),
+                           "--markdown", str(tmp_path / "w.md"), "--tmp", str(tmp_path), *options],
+                          capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
-    phases = {row["phase"]: row for row in report["phases"]}
+    return report, {row["phase"]: row for row in report["phases"]}, (tmp_path / "w.md").read_text()
+
+
+@pytest.mark.slow
+def test_workflow_smoke_run_reports_every_phase(tmp_path):
+    report, phases, table = run_workflow(tmp_path, "--shape", "tiny", "--pairs", "4", "--device", "cpu",
+                                         "--baseline", "--separate")
     assert set(phases) == {"direct", "meta", "extract", "probe", "total"}
     for name in ("direct", "meta", "extract", "probe"):
         row = phases[name]
         assert row["seconds"] > 0 and row["baseline_seconds"] > 0 and row["baseline_ratio"] > 0, name
-        assert row["floor_seconds"] > 0 and row["floor_ratio"] > 0, name
-        assert row["cpu_seconds"] > 0 and row["floor_cpu_ratio"] > 0, name
-    for name in ("direct", "meta", "extract"):
-        assert phases[name]["tokens_per_s"] > 0, name
-    table = (tmp_path / "w.md").read_text()
+        assert row["floor_seconds"] > 0 and 0 < row["floor_ratio"], name
+        assert row["cpu_seconds"] > 0 and row["host_ms_per_pair"] > 0, name
+    for name in ("direct", "meta", "extract"):  # the model phases have all three floors and an MFU
+        row = phases[name]
+        assert row["floor_replay"] > 0 and row["floor_bare"] > 0 and row["floor_arithmetic"] > 0, name
+        assert row["floor_seconds"] == min(row["floor_replay"], row["floor_bare"], row["floor_arithmetic"]), name
+        assert row["bare_budget"] in (1024, 2048, 4096, 8192) and 0 < row["mfu"], name
+    assert phases["total"]["flops"] == sum(phases[name]["flops"] for name in ("direct", "meta", "extract"))
     assert report["run"]["pairs_total"] == 4 * 17 * 4 and "| direct |" in table and "floor/babelprobe" in table
+    assert "the whole XCOMPS (244,256 pairs)" in table
+
+
+def test_the_simulated_device_reports_host_device_and_overlap(tmp_path):
+    """The acceptance measure of issue 40 item 4 at a tiny size: host and simulated device ms per pair and
+    wall / max(host, device) for every model phase, extraction fused into direct scoring."""
+    report, phases, table = run_workflow(tmp_path, "--shape", "tiny", "--pairs", "2", "--languages", "de,zh",
+                                         "--device", "simulated", "--sweep-tokens", "200")
+    assert "simulated" in report["run"]["hardware"] and "wall/max(host, device)" in table
+    for name in ("direct", "meta"):
+        row = phases[name]
+        assert row["host_ms_per_pair"] > 0 and row["device_ms_per_pair"] > 0 and row["overlap"] > 0, name
+    assert phases["extract"]["floor"] == "fused into direct"
 
 
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
@@ -42,7 +67,7 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     extractor cut them (nothing else run), and for direct scoring one vocabulary row per scored token.
     Replaying gives positive times and leaves the model's forward as it was."""
     sys.path.insert(0, str(ROOT / "perf"))
-    import workflow
+    import floors
 
     from babelprobe.benchmarks.core.logprobs import token_logprobs
     from babelprobe.extract import extract
@@ -51,7 +76,7 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
 
     items = load_items("xcomps-sample", languages=["en", "de"], limit=6)
     texts = items["text"].tolist()
-    calls = workflow.ModelCalls(tiny)
+    calls = floors.ModelCalls(tiny)
     original = tiny.parts.body.forward
     with calls:
         calls.phase = "extract"
@@ -77,7 +102,7 @@ def test_one_pair_per_cell_probes_per_language(tmp_path):
     probe phase then groups by language (4 pairs, 4 folds) and every phase still runs."""
     out = tmp_path / "workflow.json"
     done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--shape", "tiny", "--pairs", "1",
-                           "--languages", "de,fr,zh", "--device", "cpu", "--no-progress", "--no-baseline",
+                           "--languages", "de,fr,zh", "--device", "cpu", "--no-progress", "--replay-only",
                            "--json", str(out), "--tmp", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -90,3 +115,62 @@ def test_zero_pairs_is_refused_before_any_work():
     done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--shape", "tiny", "--pairs", "0",
                            "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2 and "--pairs must be at least 1" in done.stderr
+
+
+def test_synthetic_pairs_are_distinct_and_sample_shaped():
+    """Every synthetic pair is new (no text repeats within a cell while the sample allows), is a valid item
+    set, and keeps the sample's way of joining concept and property (a text is prefix + join + continuation)."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import workflow
+
+    from babelprobe.items import load_items, to_pairs
+
+    items = load_items(workflow.synthetic_items(40, ("de", "zh", "ar"), seed=1))  # ar: a stand-in language
+    pairs = to_pairs(items)
+    assert len(pairs) == 40 * 3 * 4 and not pairs.duplicated(["language", "subset", "text_good", "text_bad"]).any()
+    sample = load_items("xcomps-sample")
+    joins = {row.language: row.text[len(row.prefix):len(row.text) - len(row.continuation)]
+             for row in sample.itertuples()}
+    for row in items[items["language"] == "de"].itertuples():
+        assert row.text == row.prefix + joins["de"] + row.continuation
+    assert workflow.pair_count("xcomps") * 17 * 4 == 244_256
+
+
+def test_flops_count_the_models_own_weights(tiny):
+    """The FLOPs per token are 2 × the decoder blocks' weights (counted here from the model's own parameters,
+    norms aside), plus the attention products over the causal context, plus 2 × d × vocabulary per row."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import floors
+
+    config = tiny.model.config
+    weights = sum(p.numel() for name, p in tiny.parts.layers.named_parameters() if p.dim() == 2)
+    head_dim = config.hidden_size // config.num_attention_heads
+    lengths, rows = [3, 5], 4
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * head_dim * (3 * 4 / 2 + 5 * 6 / 2)
+    expected = 2 * weights * 8 + attention + 2 * config.hidden_size * config.vocab_size * rows
+    assert floors.Work(lengths, rows).flops(config, config.vocab_size) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_simulated_model_has_a_real_models_shapes(tiny):
+    """The stand-in (no values) gives the shapes a real model of the same config gives: hidden states, logits
+    rows, KV caches and the scorers' per-token log-probs; reads back as zeros; charges its device."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import simulated
+
+    from babelprobe.benchmarks.core.logprobs import token_logprobs
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
+
+    lm, device = simulated.simulated_model("tiny", tiny.model.config, tiny.tokenizer, torch.float32)
+    texts = ["A dog can bark.", "Ein Hund kann bellen.", "A dog can"]
+    real, fake = token_logprobs(tiny, texts, progress=False), token_logprobs(lm, texts, progress=False)
+    assert [r.ids for r in real] == [f.ids for f in fake] and all((f.logprobs == 0).all() for f in fake)
+    real = shared_prefix_logprobs(tiny, texts, [2, 4, 2], progress=False)
+    fake = shared_prefix_logprobs(lm, texts, [2, 4, 2], progress=False)
+    assert [r.n_tokens for r in real] == [f.n_tokens for f in fake]
+    batch = pad_batch(tiny.encode(texts), tiny.pad_token_id, "right", "cpu")
+    with torch.inference_mode():
+        hidden = lm.parts.body(**batch, use_cache=False).last_hidden_state
+        expected = tiny.parts.body(**batch, use_cache=False).last_hidden_state
+        assert hidden.shape == expected.shape and lm.parts.logits(hidden[:, -1]).shape == (3, tiny.parts.head.weight.shape[0])
+        assert torch.equal(hidden[:, 0].cpu(), torch.zeros(3, tiny.d_model))
+    assert device.busy > 0

@@ -281,6 +281,11 @@ def test_metrics_match_sklearn():
         assert acc == pytest.approx(accuracy_score(labels, row > 0))
         assert auc == pytest.approx(roc_auc_score(labels, row))
     assert np.isnan(aucs(scores, np.ones(25))).all()
+    # a small fold (8 items: the AUC counts pairs instead of ranking), ties included: the same as sklearn's
+    small, few = scores[:, :8], labels[:8]
+    assert 0 < few.sum() < 8
+    for row, auc in zip(small, aucs(small, few), strict=True):
+        assert auc == roc_auc_score(few, row)  # halves and quarters: exact either way
 
 
 # ------------------------------------------------------- L-BFGS preconditioned by each layer's Gram

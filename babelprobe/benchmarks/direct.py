@@ -14,9 +14,17 @@ One line from a notebook:  `score_direct("default", "xcomps-sample", limit=5)`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
 
-from babelprobe.benchmarks.core.logprobs import REDUCTIONS, reduce, token_logprobs
+from babelprobe.benchmarks.core.logprobs import (
+    REDUCTIONS,
+    plan_logprobs,
+    reduce,
+    run_logprobs,
+    token_logprobs,
+)
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import load_items, strongest_distractor, to_pairs
 from babelprobe.models import LoadedModel
@@ -42,33 +50,75 @@ def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
     items = load_items(items, languages=languages, limit=limit)
     to_pairs(items, strongest_distractor(items))  # the pairs (or questions) are well formed: before the model
-    texts, starts = items["text"].tolist(), _score_from(items) if conditional else None
+    if conditional:
+        _score_from(items)  # the prefixes and continuations are there: before the model
     lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
-    scored = dict(zip(items["item_id"], token_logprobs(
-        lm, texts, score_from=starts, names=items["item_id"].tolist(), batch_tokens=batch_tokens,
-        padding_side=padding_side, truncate=truncate, progress=progress)))
-    spans = dict(zip(items["item_id"], [t[s:] for t, s in zip(texts, starts or [0] * len(texts))]))
-    # a multiple-choice question is scored against its highest-scoring distractor (strict maximum)
-    scores = pd.Series({i: reduce(scored[i], spans[i], reduction) for i in items["item_id"]})
-    pairs = to_pairs(items, strongest_distractor(items, scores))
+    scorer = DirectScorer(lm, reduction, conditional, batch_tokens, padding_side, truncate)
+    prepared = scorer.prepare(items)
+    return scorer.finish(scorer.run(prepared, progress=progress))
 
-    out = pairs.drop(columns=[c for c in pairs.columns if c.startswith(("item_id_", "prefix_", "continuation_"))])
-    out.insert(3, "method", "direct")
-    for side in ("good", "bad"):
-        ids = pairs[f"item_id_{side}"]
-        out[f"score_{side}"] = scores.loc[ids].to_numpy()
-        out[f"n_tokens_{side}"] = [scored[i].n_tokens for i in ids]
-        if conditional:
-            out[f"spans_join_{side}"] = [scored[i].spans_join for i in ids]
-    out["correct"] = out["score_good"] > out["score_bad"]
-    out["truncated"] = [scored[g].truncated or scored[b].truncated
-                        for g, b in zip(pairs["item_id_good"], pairs["item_id_bad"])]
-    out["reduction"] = reduction
-    out["scope"] = "continuation" if conditional else "full"
-    out["bos_policy"] = lm.bos_policy
-    out["model"] = lm.name
-    out["fingerprint"] = lm.fingerprint
-    return out
+
+@dataclass
+class DirectScorer:
+    """Direct scoring in the three steps of `pipeline.pipelined`: `prepare(items)` (host: tokenise, batch),
+    `run(prepared)` (the device's forward passes; results stay there) and `finish(ran)` (host: one read back,
+    the per-pair table); calling it does all three. `capture`, if given, is entered around each batch's
+    forward with its inputs (the fused extraction of `compare` keeps the hidden states of the same pass)."""
+
+    lm: LoadedModel
+    reduction: str = "sum"
+    conditional: bool = False
+    batch_tokens: int = 4096
+    padding_side: str = "right"
+    truncate: bool = False
+    capture: object = None
+
+    def __call__(self, items: pd.DataFrame) -> pd.DataFrame:
+        return self.finish(self.run(self.prepare(items)))
+
+    def prepare(self, items: pd.DataFrame):
+        to_pairs(items, strongest_distractor(items))
+        texts, starts = items["text"].tolist(), _score_from(items) if self.conditional else None
+        plan = plan_logprobs(self.lm, texts, score_from=starts, names=items["item_id"].tolist(),
+                             batch_tokens=self.batch_tokens, padding_side=self.padding_side, truncate=self.truncate)
+        return items, starts, plan
+
+    def run(self, prepared, progress: bool = False):
+        items, starts, plan = prepared
+        during = self.capture.during(items, plan) if self.capture is not None else None
+        return items, starts, plan, run_logprobs(self.lm, plan, progress=progress, during=during)
+
+    def finish(self, ran) -> pd.DataFrame:
+        items, starts, plan, readback = ran
+        return self.table(items, starts, plan.collect(readback.wait()))
+
+    def table(self, items: pd.DataFrame, starts, logprobs) -> pd.DataFrame:
+        """One row per pair (module docstring) from the items' token log-probs."""
+        lm, reduction, conditional = self.lm, self.reduction, self.conditional
+        texts = items["text"].tolist()
+        scored = dict(zip(items["item_id"], logprobs))
+        spans = dict(zip(items["item_id"], [t[s:] for t, s in zip(texts, starts or [0] * len(texts))]))
+        # a multiple-choice question is scored against its highest-scoring distractor (strict maximum)
+        scores = pd.Series({i: reduce(scored[i], spans[i], reduction) for i in items["item_id"]})
+        pairs = to_pairs(items, strongest_distractor(items, scores))
+
+        out = pairs.drop(columns=[c for c in pairs.columns if c.startswith(("item_id_", "prefix_", "continuation_"))])
+        out.insert(3, "method", "direct")
+        for side in ("good", "bad"):
+            ids = pairs[f"item_id_{side}"]
+            out[f"score_{side}"] = scores.loc[ids].to_numpy()
+            out[f"n_tokens_{side}"] = [scored[i].n_tokens for i in ids]
+            if conditional:
+                out[f"spans_join_{side}"] = [scored[i].spans_join for i in ids]
+        out["correct"] = out["score_good"] > out["score_bad"]
+        out["truncated"] = [scored[g].truncated or scored[b].truncated
+                            for g, b in zip(pairs["item_id_good"], pairs["item_id_bad"])]
+        out["reduction"] = reduction
+        out["scope"] = "continuation" if conditional else "full"
+        out["bos_policy"] = lm.bos_policy
+        out["model"] = lm.name
+        out["fingerprint"] = lm.fingerprint
+        return out
 
 
 def _score_from(items: pd.DataFrame) -> list[int]:

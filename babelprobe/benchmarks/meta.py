@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from babelprobe.benchmarks.core.logprobs import REDUCTIONS, reduce, shared_prefix_logprobs, token_logprobs
+from babelprobe.benchmarks.core.logprobs import REDUCTIONS, reduce
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import load_items, to_pairs
 from babelprobe.models import LoadedModel
@@ -243,28 +243,73 @@ def score_meta(model: LoadedModel | str, items: pd.DataFrame | str, rule: str = 
         raise BabelprobeError(f"unknown rule {rule!r}; use one of {', '.join(RULES)}")
     if reduction not in REDUCTIONS:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
-    pairs, asked, templates = meta_requests(load_items(items, languages=languages, limit=limit), prompts,
-                                            prompt_language)
+    items = load_items(items, languages=languages, limit=limit)
+    meta_requests(items, prompts, prompt_language)  # fields and templates: before the model
     lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
-    render, prompt_format = _renderer(lm, chat_template)
+    scorer = MetaScorer(lm, rule, reduction, close_quote, chat_template, prompts, prompt_language, share_prefix,
+                        batch_tokens, padding_side, truncate)
+    return scorer.finish(scorer.run(scorer.prepare(items), progress=progress))
 
-    texts, starts, spans = prompt_texts(pairs, templates, asked, close_quote, render)
-    names = [f"{pid} ({order} {side})" for pid in pairs["pair_id"] for order in ORDERS for side in ("good", "bad")]
-    core = shared_prefix_logprobs if share_prefix else token_logprobs
-    scored = core(lm, texts, starts, names=names, batch_tokens=batch_tokens, padding_side=padding_side,
-                  truncate=truncate, progress=progress)
-    # An answer cut off by --truncate has no scored token: its score is missing (NaN), not log 1 = 0.
-    scores = np.array([reduce(s, span, reduction) if s.n_tokens else np.nan
-                       for s, span in zip(scored, spans)]).reshape(-1, 4)
 
-    out = pairs.drop(columns=[c for c in pairs.columns if c.startswith(("item_id_", "prefix_", "continuation_",
-                                                                        "text_"))])
-    out.insert(3, "method", "meta")
-    out["text_good"], out["text_bad"] = pairs["acceptable_concept"], pairs["unacceptable_concept"]
-    return _decide(out, scores, rule).assign(**_details(scored, texts, starts), rule=rule, reduction=reduction,
-                                              close_quote=close_quote, prompt_format=prompt_format,
-                                              prompt_set=str(prompts), prompt_language=asked,
-                                              bos_policy=lm.bos_policy, model=lm.name, fingerprint=lm.fingerprint)
+@dataclass
+class MetaScorer:
+    """Meta scoring in the three steps of `pipeline.pipelined`: `prepare(items)` (host: prompts, tokens,
+    prefix trees, padded batches), `run(prepared)` (the device; results stay there) and `finish(ran)` (host:
+    one read back, the per-pair table); calling it does all three. Arguments as `score_meta`'s."""
+
+    lm: LoadedModel
+    rule: str = "sum"
+    reduction: str = "sum"
+    close_quote: bool = True
+    chat_template: bool | str = False
+    prompts: str | Path = "xcomps"
+    prompt_language: str | None = None
+    share_prefix: bool = True
+    batch_tokens: int = 4096
+    padding_side: str = "right"
+    truncate: bool = False
+
+    def __call__(self, items: pd.DataFrame) -> pd.DataFrame:
+        return self.finish(self.run(self.prepare(items)))
+
+    def prepare(self, items: pd.DataFrame):
+        from babelprobe.benchmarks.core.logprobs import plan_logprobs
+        from babelprobe.benchmarks.core.prefix import plan_prefix
+
+        pairs, asked, templates = meta_requests(items, self.prompts, self.prompt_language)
+        render, prompt_format = _renderer(self.lm, self.chat_template)
+        texts, starts, spans = prompt_texts(pairs, templates, asked, self.close_quote, render)
+        names = [f"{pid} ({order} {side})" for pid in pairs["pair_id"] for order in ORDERS for side in ("good", "bad")]
+        if self.share_prefix:
+            plan = plan_prefix(self.lm, texts, starts, names=names, batch_tokens=self.batch_tokens, truncate=self.truncate)
+        else:
+            plan = plan_logprobs(self.lm, texts, starts, names=names, batch_tokens=self.batch_tokens,
+                                 padding_side=self.padding_side, truncate=self.truncate)
+        return pairs, asked, prompt_format, texts, starts, spans, plan
+
+    def run(self, prepared, progress: bool = False):
+        from babelprobe.benchmarks.core.logprobs import run_logprobs
+        from babelprobe.benchmarks.core.prefix import run_prefix
+
+        plan = prepared[-1]
+        launch = run_prefix if self.share_prefix else run_logprobs
+        return prepared, launch(self.lm, plan, progress=progress)
+
+    def finish(self, ran) -> pd.DataFrame:
+        (pairs, asked, prompt_format, texts, starts, spans, plan), readback = ran
+        scored = plan.collect(readback.wait())
+        # An answer cut off by --truncate has no scored token: its score is missing (NaN), not log 1 = 0.
+        scores = np.array([reduce(s, span, self.reduction) if s.n_tokens else np.nan
+                           for s, span in zip(scored, spans)]).reshape(-1, 4)
+        out = pairs.drop(columns=[c for c in pairs.columns if c.startswith(("item_id_", "prefix_", "continuation_",
+                                                                            "text_"))])
+        out.insert(3, "method", "meta")
+        out["text_good"], out["text_bad"] = pairs["acceptable_concept"], pairs["unacceptable_concept"]
+        lm = self.lm
+        return _decide(out, scores, self.rule).assign(
+            **_details(scored, texts, starts), rule=self.rule, reduction=self.reduction,
+            close_quote=self.close_quote, prompt_format=prompt_format, prompt_set=str(self.prompts),
+            prompt_language=asked, bos_policy=lm.bos_policy, model=lm.name, fingerprint=lm.fingerprint)
 
 
 def _decide(out: pd.DataFrame, scores: np.ndarray, rule: str) -> pd.DataFrame:

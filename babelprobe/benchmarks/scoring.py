@@ -119,7 +119,6 @@ def score_pairs(items, out: str | Path, settings: DirectSettings | MetaSettings 
     import pandas as pd
 
     from babelprobe.inputs import check_input
-    from babelprobe.runs import score_resumably
 
     method, settings = _method_and_settings(method, settings)
     check_input("items", items, "items")
@@ -127,22 +126,34 @@ def score_pairs(items, out: str | Path, settings: DirectSettings | MetaSettings 
         from babelprobe.items import load_items
 
         items = load_items(items)
-    lm, batch_tokens, progress = runtime.lm, runtime.batch_tokens, runtime.progress
+    return _score_pairs(method, runtime.lm, items, out, settings, batch_tokens=runtime.batch_tokens,
+                        padding_side=padding_side, share_prefix=share_prefix, progress=runtime.progress)
+
+
+def score_direct_capturing(lm, items, out: str | Path, settings: DirectSettings, capture, *, batch_tokens: int = 4096,
+                           progress: bool = True):
+    """`score_pairs` of direct scoring whose forward passes also fill an activation store (`capture`: an entered
+    `extract.fused.StoreCapture` of the same items): `compare`'s direct scoring and extraction in one pass."""
+    return _score_pairs("direct", lm, items, out, settings, batch_tokens=batch_tokens, progress=progress,
+                        capture=capture)
+
+
+def _score_pairs(method: str, lm, items, out, settings, *, batch_tokens: int, padding_side: str = "right",
+                 share_prefix: bool = True, progress: bool = True, capture=None):
+    from babelprobe.runs import score_resumably
+
     key = {"method": method, "fingerprint": lm.fingerprint, **settings_record(settings)}
     if method == "direct":
-        from babelprobe.benchmarks.direct import score_direct
+        from babelprobe.benchmarks.direct import DirectScorer
 
-        def score(chunk):
-            return score_direct(lm, chunk, batch_tokens=batch_tokens, padding_side=padding_side, progress=False,
-                                **settings_record(settings))
+        # in three steps, so that chunks are prepared and finished while the device runs another
+        score = DirectScorer(lm, batch_tokens=batch_tokens, padding_side=padding_side, capture=capture,
+                             **settings_record(settings))
     else:
-        from babelprobe.benchmarks.meta import prompts_digest, score_meta
+        from babelprobe.benchmarks.meta import MetaScorer, prompts_digest
 
         asked = [settings.prompt_language] if settings.prompt_language else sorted(items["language"].unique())
         key["prompts_digest"] = prompts_digest(settings.prompts, asked)
-        options = settings.scorer_options(lm)
-
-        def score(chunk):
-            return score_meta(lm, chunk, share_prefix=share_prefix, batch_tokens=batch_tokens,
-                              padding_side=padding_side, progress=False, **options)
+        score = MetaScorer(lm, share_prefix=share_prefix, batch_tokens=batch_tokens, padding_side=padding_side,
+                           **settings.scorer_options(lm))
     return score_resumably(score, items, out, key, progress=progress, desc=method, model=lm)

@@ -49,6 +49,7 @@ class BackgroundWriter:
         self.write_seconds = 0.0  # seconds the writer thread spent writing shards
         self.threaded = threaded
         self.arrays, self.span = None, None  # the shard being assembled (writer side)
+        self.open: dict[int, tuple[dict, int]] = {}  # scattered rows: shard -> (arrays, rows still missing)
         self.thread = threading.Thread(target=self._loop, name="babelprobe-shard-writer", daemon=True)
         if threaded:
             self.thread.start()
@@ -62,6 +63,12 @@ class BackgroundWriter:
 
     def end(self, index: int) -> None:
         self._put(("end", index))
+
+    def scattered(self, rows, pooled, source=None) -> None:
+        """Rows of any shards, by store row (`rows`); `source[j]` is the pooled row that store row `rows[j]`
+        takes (default: the j-th; a text scored once for several items fills each of their rows). A shard is
+        written once all its rows have come (extraction fused into another pass, `fused.py`)."""
+        self._put(("scattered", rows, pooled, source))
 
     def close(self) -> None:
         """Wait until every queued shard is written; re-raise the writer's error, if any."""
@@ -126,11 +133,32 @@ class BackgroundWriter:
                 _, rows, pooled = message
                 for pool, values in pooled.wait().items():
                     self.arrays[pool][rows] = values
+            elif kind == "scattered":
+                self._scatter(*message[1:])
             else:
                 self._write(message[1], self.span, self.arrays)
                 self.arrays = None
         except BaseException as err:  # re-raised in the extraction loop
             self.error, self.stopping = err, True
+
+    def _scatter(self, rows: np.ndarray, pooled, source) -> None:
+        values = pooled.wait()
+        source = np.arange(len(rows)) if source is None else np.asarray(source)
+        shards = np.asarray(rows) // self.writer.shard_size
+        for index in np.unique(shards).tolist():
+            span = self.writer.shard_rows(index)
+            if index not in self.open:
+                self.open[index] = ({p: np.empty((span[1] - span[0], *self.shape), dtype=np.float32)
+                                     for p in self.writer.pools}, span[1] - span[0])
+            arrays, missing = self.open[index]
+            at = shards == index
+            for pool, block in values.items():
+                arrays[pool][np.asarray(rows)[at] - span[0]] = block[source[at]]
+            missing -= int(at.sum())
+            self.open[index] = (arrays, missing)
+            if missing == 0:
+                del self.open[index]
+                self._write(index, span, arrays)
 
     def _write(self, index: int, span: tuple[int, int], arrays: dict) -> None:
         start = time.perf_counter()

@@ -27,12 +27,19 @@ def accuracies(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return ((scores > 0) == (np.asarray(labels) == 1)).mean(-1)
 
 
+PAIRWISE_MAX = 64  # positive × negative pairs up to which the AUC counts pairs instead of ranking (same value)
+
+
 def aucs(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """ROC AUC of each row of `scores` [..., k] (Mann–Whitney with tied ranks); NaN if one class is absent."""
     truth = np.asarray(labels) == 1
     n_pos, n_neg = truth.sum(), (~truth).sum()
     if n_pos == 0 or n_neg == 0:
         return np.full(scores.shape[:-1], np.nan)
+    if n_pos * n_neg <= PAIRWISE_MAX:  # few items (a fold of a small group): count the pairs, ties as halves
+        positive, negative = scores[..., truth, None], scores[..., None, ~truth]
+        wins = (positive > negative).sum((-2, -1)) + 0.5 * (positive == negative).sum((-2, -1))
+        return wins / (n_pos * n_neg)
     ranks = rankdata(scores, axis=-1)
     return (ranks[..., truth].sum(-1) - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
 

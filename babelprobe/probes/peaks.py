@@ -49,6 +49,9 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
 def f1_intervals(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval per layer from `replicates` [n_boot, L]."""
     alpha = (1 - level) / 2
+    if not np.isnan(replicates).any():  # the same quantiles, computed for all layers at once
+        low, high = np.quantile(replicates, [alpha, 1 - alpha], axis=0)
+        return low, high
     return np.nanquantile(replicates, alpha, axis=0), np.nanquantile(replicates, 1 - alpha, axis=0)
 
 

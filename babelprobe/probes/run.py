@@ -143,6 +143,8 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
                    fit=dict(solver=solver, device=device, dtype=dtype, max_iter=settings.max_iter, tol=settings.tol,
                             n_jobs=n_jobs, memory_gb=share, exact_max=exact_max))
 
+    columns = {column: keys[column].to_numpy() for column in ("item_id", "pair_id", "language", "subset", "label")}
+
     def one_group(group):
         key, index = group
         name = group_name(by, key)
@@ -150,8 +152,10 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
         def read(chunk):
             return read_checked(source, index, chunk, pool, name)
 
-        result = probe_group(read, keys.loc[index], layer_list, store.d_model, name=name,
-                             concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
+        at = keys.index.get_indexer(index)
+        rows = {column: values[at] for column, values in columns.items()}  # numpy: pandas costs more than a fit
+        result = _group_columns(read, rows, layer_list, store.d_model, name=name,
+                                concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
         return _label_group(result, by, key)
 
     parts = map_groups(one_group, groups, workers, progress)
@@ -164,10 +168,10 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
               "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
               "exact_max": exact_max, "libraries": _versions(),
               "solver_record": solver_record([part["probe"] for part in parts])}
-    table = _with_settings(pd.concat([p["table"] for p in parts], ignore_index=True), record)
-    out = ProbeResult(table=table,
-                      folds=_with_settings(pd.concat([p["folds"] for p in parts], ignore_index=True), record),
-                      oof=pd.concat([p["oof"] for p in parts], ignore_index=True),
+    # every group's columns joined once (a table per group and a concatenation cost more than the fits on small groups)
+    table = _with_settings(_frame([p["table"] for p in parts]), record)
+    out = ProbeResult(table=table, folds=_with_settings(_frame([p["folds"] for p in parts]), record),
+                      oof=_frame([p["oof"] for p in parts]),
                       peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), record),
                       settings=record, probes=_probes(parts, groups, by, layer_list, record))
     if settings.transfer:
@@ -213,16 +217,25 @@ def map_groups(fn, groups: list, workers: int, progress: bool) -> list:
                 future.cancel()
 
 
-def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, name: str, n_folds: int,
-                fold_scheme: str, seed: int, Cs: list[float], inner_folds: int, controls: tuple[str, ...],
-                concepts: np.ndarray | None, n_boot: int, n_layers: int, memory_gb: float, fit: dict) -> dict:
+def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, **options) -> dict:
     """Cross-validate probes for one group.
 
     `read(layers)` returns float32 activations [n, len(layers), d] of the group's rows (`keys`, labels
     0/1 only). Returns a dict of `table` rows (per layer), `folds` rows, `oof` rows, the `peak` and the
-    `probe` fitted on all rows (arrays per layer: coef, intercept, mean, scale, C; its method)."""
-    labels = keys["label"].to_numpy(int)
-    pair_ids = keys["pair_id"].astype(str).to_numpy()
+    `probe` fitted on all rows (arrays per layer: coef, intercept, mean, scale, C; its method). Options
+    (keyword-only): name, n_folds, fold_scheme, seed, Cs, inner_folds, controls, concepts, n_boot, n_layers,
+    memory_gb, fit (see `probe`)."""
+    out = _group_columns(read, keys, layers, d_model, **options)
+    return {**out, **{name: _frame([out[name]]) for name in ("table", "folds", "oof")}}
+
+
+def _group_columns(read, keys, layers: list[int], d_model: int, *, name: str, n_folds: int,
+                   fold_scheme: str, seed: int, Cs: list[float], inner_folds: int, controls: tuple[str, ...],
+                   concepts: np.ndarray | None, n_boot: int, n_layers: int, memory_gb: float, fit: dict) -> dict:
+    """`probe_group`'s work, its tables as columns (name -> array, or a scalar for every row). `keys`: the
+    group's key columns (a table, or a dict of arrays)."""
+    labels = np.asarray(keys["label"]).astype(int)
+    pair_ids = np.asarray(keys["pair_id"], dtype=object).astype(str)
     n, L = len(labels), len(layers)
     fold = make_folds(labels, pair_ids, n_folds, fold_scheme, seed, name)
     train = train_masks(fold, n_folds)
@@ -247,7 +260,7 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, *, na
         if len(Cs) > 1:
             chosen[:, at] = choose_C(X, labels, pair_ids, train, Cs, inner_folds, fold_scheme, seed, name, fit)
         C_all = np.concatenate([np.tile(chosen[:, at], (len(tasks), 1)),
-                                [[_mode(chosen[:, k]) for k in range(at.start, at.stop)]]])
+                                [_modes(chosen[:, at])]])
         part, fitted = fit_predict(X, y, trains, C_all, return_fit=True, **fit)
         scores[:, at] = part[:-1]
         for key in ("coef", "intercept", "mean", "scale"):
@@ -295,17 +308,20 @@ def choose_C(X: np.ndarray, labels: np.ndarray, pair_ids: np.ndarray, train: np.
 
 # ------------------------------------------------------------------------------------------ table rows
 
-def _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replicates) -> pd.DataFrame:
+def _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replicates) -> dict:
     k = main["f1"].shape[0]
     low, high = f1_intervals(replicates) if not np.isnan(replicates).all() else (np.nan, np.nan)
-    table = pd.DataFrame({
-        "layer": layers, "relative_depth": np.asarray(layers) / n_layers,
-        "n": len(labels), "n_pairs": len(np.unique(pair_ids)), "n_positive": int((labels == 1).sum()),
+    L = len(layers)
+    table = {
+        "layer": np.asarray(layers, dtype=np.int64), "relative_depth": np.asarray(layers) / n_layers,
+        "n": np.full(L, len(labels)), "n_pairs": np.full(L, len(np.unique(pair_ids))),
+        "n_positive": np.full(L, int((labels == 1).sum())),
         "f1_mean": main["f1"].mean(0), "f1_std": main["f1"].std(0),
-        "f1_se": main["f1"].std(0, ddof=1) / np.sqrt(k), "f1_ci_low": low, "f1_ci_high": high,
+        "f1_se": main["f1"].std(0, ddof=1) / np.sqrt(k), "f1_ci_low": np.full(L, low) if np.ndim(low) == 0 else low,
+        "f1_ci_high": np.full(L, high) if np.ndim(high) == 0 else high,
         "accuracy": main["accuracy"].mean(0), "accuracy_std": main["accuracy"].std(0),
-        "auc": np.nanmean(main["auc"], 0) if not np.isnan(main["auc"]).all() else np.nan,
-        "C_selected": [_mode(chosen[:, j]) for j in range(len(layers))]})
+        "auc": np.nanmean(main["auc"], 0) if not np.isnan(main["auc"]).all() else np.full(L, np.nan),
+        "C_selected": _modes(chosen)}
     for column, values in extra.items():
         table[column] = values.mean(0)
         if not column.startswith("majority"):
@@ -315,25 +331,25 @@ def _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replica
     return table
 
 
-def _fold_rows(layers, main, extra, chosen, train) -> pd.DataFrame:
+def _fold_rows(layers, main, extra, chosen, train) -> dict:
     k, L = main["f1"].shape
-    rows = pd.DataFrame({"layer": np.tile(layers, k), "fold": np.repeat(np.arange(k), L),
-                         "n_train": np.repeat(train.sum(1), L), "n_test": np.repeat(main["n_test"], L),
-                         "f1": main["f1"].ravel(), "accuracy": main["accuracy"].ravel(), "auc": main["auc"].ravel(),
-                         "C_selected": chosen.ravel()})
+    # sorted by layer, then fold (the arrays are [fold, layer]: transposed)
+    rows = {"layer": np.repeat(np.asarray(layers, dtype=np.int64), k), "fold": np.tile(np.arange(k), L),
+            "n_train": np.tile(train.sum(1), L), "n_test": np.tile(np.asarray(main["n_test"]), L),
+            "f1": main["f1"].T.ravel(), "accuracy": main["accuracy"].T.ravel(), "auc": main["auc"].T.ravel(),
+            "C_selected": chosen.T.ravel()}
     for column, values in extra.items():
-        rows[column] = values.ravel()
-    return rows.sort_values(["layer", "fold"], ignore_index=True)
+        rows[column] = values.T.ravel()
+    return rows
 
 
-def _oof_rows(keys, layers, fold, oof) -> pd.DataFrame:
-    n, L = len(keys), len(layers)
-    base = keys[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
-    rows = base.loc[np.tile(np.arange(n), L)].reset_index(drop=True)
-    rows.insert(0, "method", "neuro")
-    rows["layer"] = np.repeat(layers, n)
-    rows["fold"] = np.tile(fold, L)
-    rows["score"] = oof.ravel()
+def _oof_rows(keys, layers, fold, oof) -> dict:
+    n, L = len(fold), len(layers)
+    rows = {"method": "neuro"}
+    for column in ("item_id", "pair_id", "language", "subset", "label"):
+        rows[column] = np.tile(np.asarray(keys[column]), L)
+    rows.update({"layer": np.repeat(np.asarray(layers, dtype=np.int64), n), "fold": np.tile(fold, L),
+                 "score": oof.ravel()})
     return rows
 
 
@@ -353,12 +369,22 @@ def _label_group(result: dict, by, key) -> dict:
         values.setdefault(column, "all")
     out = dict(result)
     for name in ("table", "folds"):
-        frame = result[name]
-        for i, (column, value) in enumerate(values.items()):
-            frame.insert(i, column, value)
-        frame.insert(0, "method", "neuro")
+        out[name] = {"method": "neuro", **values, **result[name]}
     out["peak"] = {"method": "neuro", **values, **result["peak"]}
     return out
+
+
+def _frame(parts: list[dict]) -> pd.DataFrame:
+    """One table from the columns of several groups (a scalar stands for a column of one value)."""
+    if not parts:
+        return pd.DataFrame()
+    sizes = [max((len(v) for v in part.values() if isinstance(v, np.ndarray)), default=1) for part in parts]
+    columns = {}
+    for column in parts[0]:
+        pieces = [part[column] if isinstance(part[column], np.ndarray) else np.full(size, part[column], dtype=object
+                  if isinstance(part[column], str) else None) for part, size in zip(parts, sizes)]
+        columns[column] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+    return pd.DataFrame(columns)
 
 
 def _probes(parts: list[dict], groups: list, by: tuple, layers: list[int], settings: dict) -> Probes:
@@ -378,6 +404,14 @@ def _with_settings(frame: pd.DataFrame, settings: dict) -> pd.DataFrame:
         frame[column] = settings[column]
     frame["C"] = settings["C"] if not isinstance(settings["C"], list) else "nested:" + ",".join(map(str, settings["C"]))
     return frame
+
+
+def _modes(chosen: np.ndarray) -> np.ndarray:
+    """The most chosen C of each layer (column) of `chosen` [folds, L]: `_mode` per column; a column of one
+    value at once (a single C, the usual case, needs no counting)."""
+    if (chosen == chosen[:1]).all():
+        return chosen[0].astype(float)
+    return np.array([_mode(chosen[:, j]) for j in range(chosen.shape[1])], dtype=float)
 
 
 def _mode(values: np.ndarray) -> float:

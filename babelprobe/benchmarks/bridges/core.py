@@ -272,7 +272,8 @@ def scored_requests(lm, data: pd.DataFrame, texts: list[str], starts: list[int],
     cache, each context run once (`shared_prefix_logprobs`); the others (XCOPA's short premise before a
     sentence, XWinograd's context per option) as plain batches (`token_logprobs`), where the prefix tree's
     level-by-level passes cost more than the few tokens it would save."""
-    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs, token_logprobs
+    from babelprobe.benchmarks.core.logprobs import token_logprobs
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 
     contexts = data.groupby("pair_id", sort=False)["context"].agg(["nunique", "first", "size"])
     length = pd.Series([len(t) for t in texts], index=data.index).groupby(data["pair_id"], sort=False).sum()

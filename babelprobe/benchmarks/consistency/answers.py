@@ -164,7 +164,7 @@ def condition_requests(data: Data, senses: pd.DataFrame, settings: Settings) -> 
 def answer_likelihood(lm, requests: pd.DataFrame, task: Task, progress: bool = False) -> pd.DataFrame:
     """Score every label's words after each prompt; the answer is the label with the highest
     log-sum-exp over its word variants."""
-    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 
     texts, starts, owners = [], [], []
     for prompt, lang in zip(requests["prompt"], requests["instruction_language"]):

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from babelprobe.benchmarks.core.logprobs import reduce, shared_prefix_logprobs, token_logprobs
+from babelprobe.benchmarks.core.logprobs import reduce, token_logprobs
+from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 from babelprobe.models import LoadedModel
 
 
@@ -19,7 +20,7 @@ def option_scores(lm: LoadedModel, prompts: list[str], options: list[list[str]],
                   share_prefix: bool = False, **core_options) -> list[np.ndarray]:
     """Score `prompt + option` for every option of every prompt; only the option's tokens count.
     `share_prefix=True` runs each prompt once and its options from the KV cache
-    (`logprobs.shared_prefix_logprobs`: same numbers, much less work for long prompts)."""
+    (`prefix.shared_prefix_logprobs`: same numbers, much less work for long prompts)."""
     texts, starts, spans = [], [], []
     for prompt, opts in zip(prompts, options):
         for option in opts:

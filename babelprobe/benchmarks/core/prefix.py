@@ -1,0 +1,363 @@
+"""Shared-prefix scoring: `token_logprobs` for texts that start alike (prompts and their answers), every
+shared token prefix run through the model once (`shared_prefix_logprobs`, re-exported by `logprobs`).
+
+The texts' tokens are merged into a prefix tree; the tree is run level by level, each node's tokens given the
+KV cache of the tokens before it. Meta prompts in both option orders share their opening question, the same
+question with the same first option is shared across subsets, and a prompt is run once for both of its
+answers. Only states that predict scored tokens reach the vocabulary projection.
+
+Like `token_logprobs` it comes in three steps for callers that overlap host and device work
+(`pipeline.pipelined`): `plan_prefix` (host: tokenise, sort, build the trees, cut and pad every batch),
+`run_prefix` (the device: the forward passes and projections; one read back for everything) and
+`PrefixPlan.collect` (host: the per-text results).
+
+Batches of one level hold segments (chains of nodes without branches) after their own past, which is copied
+from the kept KV rows. How large a batch may be depends on the device (`past_budget`): on a CPU, where
+compute is proportional to every token in the batch, rows × (longest past + longest segment) stays under
+the token budget; on an accelerator, whose cost per forward pass is mostly fixed overhead unless the batch is
+large, the budget bounds the new tokens (rows × longest segment), and the copied past may be
+`PAST_PER_TOKEN` times as large (it costs memory and bandwidth, not matmuls).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from babelprobe.benchmarks.core.logprobs import (
+    Readback,
+    TokenLogprobs,
+    _distinct_requests,
+    _gathered_logprobs,
+)
+from babelprobe.models import LoadedModel
+
+PAST_PER_TOKEN = 8  # accelerators: past tokens copied per token of the budget (KV memory, not compute)
+STACK_KV = True  # keep alike layers' keys and values in one tensor (False: per layer, as a dispatched model)
+CHUNK_KV_BYTES = 8 << 30  # accelerators: a chunk's kept keys and values at most (and 2 × budget × PAST_PER_TOKEN tokens)
+
+
+def past_budget(device: torch.device) -> int | None:
+    """Past tokens a batch may copy per budget token on `device`; None: the past counts in the budget (CPU)."""
+    return None if device.type == "cpu" else PAST_PER_TOKEN
+
+
+def _kv_bytes_per_token(lm: LoadedModel) -> int:
+    """Bytes of keys and values one token keeps over all layers (from the config; 1 when it does not say)."""
+    config = lm.model.config
+    heads = getattr(config, "num_attention_heads", 1) or 1
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or lm.d_model // heads
+    return max(1, 2 * lm.n_layers * kv * head_dim * torch.finfo(lm.dtype).bits // 8)
+
+
+def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[int] | None = None,
+                           names: list[str] | None = None, batch_tokens: int = 4096, padding_side: str = "left",
+                           truncate: bool = False, progress: bool = True,
+                           chunk_tokens: int | None = None) -> list[TokenLogprobs]:
+    """Same arguments and results as `token_logprobs` (same scored tokens, same flags; `padding_side` is
+    accepted so that it is a drop-in, but the tree always pads the past on the left).
+
+    Texts are sorted so that alike ones are neighbours and processed in chunks of about `chunk_tokens`
+    distinct tokens (default 2 × batch_tokens; on an accelerator `PAST_PER_TOKEN` times that, at most
+    `CHUNK_KV_BYTES` of keys and values); a chunk's keys and values, every layer's for every token, are kept
+    until it is done (37 KB per token on the default model: about 300 MB on a CPU; 128 KB per token at
+    Llama-3.1-8B's shape in bfloat16: 8 GiB, 65k tokens, on a GPU). Sliding-
+    window layers keep everything too; their window comes from the attention mask.
+    `tests/test_meta_logprobs.py` checks the result against a plain forward pass, sliding layers included."""
+    plan = plan_prefix(lm, texts, score_from, names, batch_tokens, truncate, chunk_tokens)
+    return plan.collect(run_prefix(lm, plan, progress=progress).wait())
+
+
+@dataclass
+class PrefixPlan:
+    """Everything `run_prefix` needs, made on the host: per chunk its number of nodes and its batches (host
+    tensors, level by level), and where each projected row's log-prob goes (`slots`, in run order)."""
+
+    texts: list[str]
+    score_from: list[int]
+    unique: list[tuple[str, int]]
+    encodings: list
+    targets: list[list[int]]
+    chunks: list[tuple[int, list[dict]]]  # (nodes, batches)
+    slots: np.ndarray  # for each projected row, in run order: its index among all texts' scored tokens
+    n_tokens: int
+
+    def collect(self, flat: np.ndarray) -> list[TokenLogprobs]:
+        values = np.zeros(sum(len(t) for t in self.targets))
+        values[self.slots] = flat
+        pieces = np.split(values, np.cumsum([len(t) for t in self.targets])[:-1])
+        results = [TokenLogprobs(ids=[enc.ids[p] for p in positions], offsets=[enc.offsets[p] for p in positions],
+                                 logprobs=lp, truncated=enc.truncated,
+                                 spans_join=bool(positions) and enc.offsets[positions[0]][0] < start)
+                   for enc, positions, (_, start), lp in zip(self.encodings, self.targets, self.unique, pieces)]
+        index = {key: i for i, key in enumerate(self.unique)}
+        return [results[index[key]] for key in zip(self.texts, self.score_from)]
+
+
+def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None = None,
+                names: list[str] | None = None, batch_tokens: int = 4096, truncate: bool = False,
+                chunk_tokens: int | None = None) -> PrefixPlan:
+    """The host work of `shared_prefix_logprobs` (module docstring)."""
+    score_from, unique, encodings, targets = _distinct_requests(lm, texts, score_from, names, truncate)
+    # A text's model inputs: its tokens up to (not including) its last scored token.
+    inputs = {i: tuple(enc.ids[:positions[-1]]) for i, (enc, positions) in enumerate(zip(encodings, targets))
+              if positions}
+    first_slot = np.concatenate([[0], np.cumsum([len(t) for t in targets])])
+    pin, past = lm.device.type == "cuda", past_budget(lm.device)
+    if chunk_tokens is None:
+        chunk_tokens = 2 * batch_tokens if past is None else \
+            max(2 * batch_tokens, min(2 * batch_tokens * past, CHUNK_KV_BYTES // _kv_bytes_per_token(lm)))
+    order = sorted(inputs, key=inputs.get)
+    common = _common_prefixes([inputs[i] for i in order])
+    chunks, slots = [], []
+    for lo, hi in _prefix_chunks([len(inputs[i]) for i in order], common, chunk_tokens):
+        chunk = order[lo:hi]
+        tree = _PrefixTree([inputs[i] for i in chunk], [0, *common[lo + 1:hi]])
+        batches = _plan_tree(tree, [encodings[i].ids for i in chunk], [targets[i] for i in chunk],
+                             first_slot[chunk], batch_tokens, past, lm.pad_token_id, pin)
+        slots += [batch["slots"] for batch in batches if batch["slots"] is not None]
+        chunks.append((tree.n_nodes, batches))
+    return PrefixPlan(list(texts), score_from, unique, encodings, targets, chunks,
+                      np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64),
+                      sum(len(e.ids) for e in encodings))
+
+
+def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Readback:
+    """The device's part: every chunk's batches, level by level, keeping every node's keys and values (per
+    layer, one row per node; row 0, the root, is the padding row); the log-probs stay on the device until the
+    one read back."""
+    bar = tqdm(total=plan.n_tokens, unit="tok", desc="scoring", disable=not progress, dynamic_ncols=True)
+    pending = []
+    with torch.inference_mode():
+        for n_nodes, batches in plan.chunks:
+            kept = _NodeKV(n_nodes)
+            for batch in batches:
+                hidden = _run_segments(lm, batch, kept)
+                if batch["slots"] is not None:
+                    at = hidden.device
+                    states = hidden[batch["need_rows"].to(at, non_blocking=True),
+                                    batch["need_cols"].to(at, non_blocking=True)]
+                    pending.append(_gathered_logprobs(lm, states, batch["token_ids"].to(at, non_blocking=True)))
+                bar.update(batch["n_new"])
+        bar.close()
+        return Readback(torch.cat(pending) if pending else torch.zeros(0, dtype=torch.float64))
+
+
+def _common_prefixes(sequences: list[tuple]) -> list[int]:
+    """How many leading tokens each sequence shares with the one before it (0 for the first). Sorted, a
+    sequence's longest common prefix with any earlier one is the one with its predecessor."""
+    out, previous = [], ()
+    for seq in sequences:
+        n = min(len(seq), len(previous))
+        out.append(next((k for k in range(n) if seq[k] != previous[k]), n))
+        previous = seq
+    return out
+
+
+def _prefix_chunks(lengths: list[int], common: list[int], budget: int) -> list[tuple[int, int]]:
+    """Cut sorted sequences (alike ones are neighbours) into runs [lo, hi) of about `budget` distinct tokens."""
+    chunks, lo, size = [], 0, 0
+    for k, (length, shared) in enumerate(zip(lengths, common)):
+        new = length - shared
+        if k > lo and size + new > budget:
+            chunks.append((lo, k))
+            lo, size, new = k, 0, length
+        size += new
+    if lengths:
+        chunks.append((lo, len(lengths)))
+    return chunks
+
+
+class _PrefixTree:
+    """Sorted token sequences merged into a tree, one node per distinct prefix (node 0 is the empty root).
+
+    Each sequence shares the nodes of the tokens it has in common with the one before it and adds a node per
+    further token, so nodes are numbered depth first: a node's first child is the next node, and a chain of
+    nodes without branches (a segment, run as one piece after its parent) is a run of consecutive nodes.
+    `paths[k]` holds the nodes of sequence k (node of its token j at index j); `levels` the segments, as
+    (first node, length) arrays, by depth in the tree of segments (level 0 starts at the root)."""
+
+    def __init__(self, sequences: list[tuple[int, ...]], common: list[int]):
+        parent, token, depth, creator, self.paths = [-1], [0], [0], [-1], []
+        previous: list[int] = []
+        for k, (seq, shared) in enumerate(zip(sequences, common)):
+            first, new = len(parent), len(seq) - shared
+            if new:
+                parent += [previous[shared - 1] if shared else 0, *range(first, first + new - 1)]
+                token += seq[shared:]
+                depth += range(shared, len(seq))
+                creator += [k] * new
+            previous = previous[:shared] + list(range(first, first + new))
+            self.paths.append(previous)
+        self.n_nodes = len(parent)
+        self.parent, self.token = np.array(parent), np.array(token, dtype=np.int64)
+        self.depth, self.creator = np.array(depth), np.array(creator)
+        self.levels = self._segments()
+
+    def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        n_children = np.bincount(self.parent[1:], minlength=self.n_nodes)
+        nodes = np.arange(1, self.n_nodes)
+        starts = nodes[(self.parent[1:] == 0) | (n_children[self.parent[1:]] != 1)]
+        lengths = np.diff(np.append(starts, self.n_nodes))
+        segment_of = np.cumsum(np.isin(np.arange(self.n_nodes), starts)) - 1  # node -> its segment
+        level = np.zeros(len(starts), dtype=np.int64)
+        for j, start in enumerate(starts.tolist()):  # parents come first
+            up = self.parent[start]
+            level[j] = 0 if up == 0 else level[segment_of[up]] + 1
+        return [(starts[level == d], lengths[level == d]) for d in range(int(level.max(initial=-1)) + 1)]
+
+    def past(self, start: int) -> list[int]:
+        """The nodes before node `start`, from the root's first token on."""
+        return self.paths[self.creator[start]][:self.depth[start]]
+
+
+def _plan_tree(tree: _PrefixTree, ids: list[list[int]], targets: list[list[int]], first_slot: np.ndarray,
+               batch_tokens: int, past: int | None, pad_id: int, pin: bool) -> list[dict]:
+    """Every batch of the tree, level by level, as host tensors: the segments' tokens after their left-padded
+    past (node rows of the kept KV), and the states to project with the tokens they predict."""
+    # every scored token: the node whose state predicts it, its slot among all scored tokens, the token;
+    # ordered by node, and by text and position within a node
+    node, slot, token = [], [], []
+    for k, positions in enumerate(targets):
+        path, row = tree.paths[k], ids[k]
+        node += [path[p - 1] for p in positions]
+        slot += range(int(first_slot[k]), int(first_slot[k]) + len(positions))
+        token += [row[p] for p in positions]
+    by_node = np.argsort(np.array(node, dtype=np.int64), kind="stable")
+    needed = (np.array(node, dtype=np.int64)[by_node], np.array(slot, dtype=np.int64)[by_node],
+              np.array(token, dtype=np.int64)[by_node])
+    batches = []
+    for starts, lengths in tree.levels:
+        for rows in _segment_batches(lengths, tree.depth[starts], batch_tokens, past):
+            batches.append(_plan_batch(tree, starts[rows], lengths[rows], needed, pad_id, pin))
+    return batches
+
+
+def _plan_batch(tree: _PrefixTree, starts: np.ndarray, lengths: np.ndarray, needed: tuple, pad_id: int,
+                pin: bool) -> dict:
+    """One batch's host tensors (segments given by first node and length)."""
+    past_lengths = tree.depth[starts]
+    n, width_past, width_new = len(starts), int(past_lengths.max()), int(lengths.max())
+    past_rows = np.zeros((n, width_past), dtype=np.int64)
+    for r, start in enumerate(starts.tolist()):
+        path = tree.past(start)
+        past_rows[r, width_past - len(path):] = path
+    columns = np.arange(width_new)
+    inside = columns < lengths[:, None]
+    input_ids = np.where(inside, tree.token[np.minimum(starts[:, None] + columns, tree.n_nodes - 1)], pad_id)
+    mask = np.concatenate([np.arange(width_past) >= (width_past - past_lengths)[:, None], inside], axis=1)
+    rows = np.repeat(np.arange(n), lengths)
+    cols = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    nodes = starts[rows] + cols
+    need_node, need_slot, need_token = needed
+    lo, hi = np.searchsorted(need_node, starts), np.searchsorted(need_node, starts + lengths)
+    picked = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist())]) if n else np.zeros(0, int)
+    need_rows = np.repeat(np.arange(n), hi - lo)
+    tensors = {"past_rows": torch.from_numpy(past_rows) if width_past else None,
+               "attention_mask": torch.from_numpy(mask.astype(np.int64)), "input_ids": torch.from_numpy(input_ids),
+               "position_ids": torch.from_numpy(past_lengths[:, None] + columns),
+               "rows": torch.from_numpy(rows), "cols": torch.from_numpy(cols), "nodes": torch.from_numpy(nodes),
+               "need_rows": torch.from_numpy(need_rows), "need_cols": torch.from_numpy(need_node[picked] - starts[need_rows]),
+               "token_ids": torch.from_numpy(need_token[picked])}
+    if pin:
+        tensors = {name: t.pin_memory() if t is not None else None for name, t in tensors.items()}
+    return {**tensors, "width_past": width_past, "slots": need_slot[picked] if len(picked) else None,
+            "n_new": len(nodes)}
+
+
+def _segment_batches(lengths: np.ndarray, past_lengths: np.ndarray, batch_tokens: int,
+                     past: int | None = None) -> list[list[int]]:
+    """Segments of one level (by length and past length), longest first, cut so that the batch stays within
+    the token budget (module docstring: `past` None counts rows × (longest past + longest segment), else rows ×
+    longest segment, with rows × longest past ≤ past × budget) and no segment is shorter than half the
+    batch's longest (padding costs compute like real tokens). Returns each batch's segment indices."""
+    order = sorted(range(len(lengths)), key=lambda j: (-lengths[j], -past_lengths[j]))
+
+    def too_big(rows, wp, wn):
+        if past is None:
+            return rows * (wp + wn) > batch_tokens
+        return rows * wn > batch_tokens or rows * wp > past * batch_tokens
+
+    batches, current, width_past, width_new = [], [], 0, 0
+    for j in order:
+        length, wp = int(lengths[j]), max(width_past, int(past_lengths[j]))
+        wn = max(width_new, length)
+        if current and (too_big(len(current) + 1, wp, wn) or 2 * length < wn):
+            batches.append(current)
+            current, wp, wn = [], int(past_lengths[j]), length
+        current.append(j)
+        width_past, width_new = wp, wn
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _run_segments(lm: LoadedModel, batch: dict, kept: _NodeKV):
+    """One forward pass over a planned batch of segments, each after its own past (left-padded, from the node
+    KV rows); keeps the segments' new keys and values and returns their hidden states."""
+    device = lm.device
+    cache = kept.cache(batch["past_rows"], device)
+    inputs = {name: batch[name].to(device, non_blocking=True)
+              for name in ("input_ids", "attention_mask", "position_ids")}
+    hidden = lm.parts.body(**inputs, **lm.parts.cache_argument(cache), use_cache=True).last_hidden_state
+    kept.store(cache, batch["width_past"], *(batch[name].to(device, non_blocking=True)
+                                            for name in ("rows", "cols", "nodes")))
+    return hidden
+
+
+class _NodeKV:
+    """Every node's keys and values of one chunk (row 0, the root, is the padding row), kept between the
+    tree's levels: one tensor [nodes, 2, layers, kv_heads, head_dim] when every layer's cache is alike and on
+    one device (a few operations per batch, however many layers), else one [nodes, kv_heads, head_dim] pair
+    per layer (a model dispatched over devices keeps each layer's on that layer's device)."""
+
+    def __init__(self, n_nodes: int):
+        self.n_nodes = n_nodes
+        self.stacked: torch.Tensor | None = None
+        self.keys: list = []
+        self.values: list = []
+
+    def cache(self, past_rows: torch.Tensor | None, device):
+        """A `DynamicCache` holding each row's past (`past_rows`: node ids, left-padded with the root)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()  # plain layers: keeps every token; the mask applies sliding windows
+        if past_rows is None:
+            return cache
+        index = past_rows.to(device, non_blocking=True)
+        if self.stacked is not None:
+            past = self.stacked[index.to(self.stacked.device)].permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P, D]
+            for layer, (k, v) in enumerate(zip(past[0].unbind(0), past[1].unbind(0))):
+                cache.update(k, v, layer)
+            return cache
+        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
+            at = index.to(k.device)
+            cache.update(k[at].transpose(1, 2), v[at].transpose(1, 2), layer)
+        return cache
+
+    def store(self, cache, width_past: int, rows: torch.Tensor, cols: torch.Tensor, nodes: torch.Tensor) -> None:
+        """Keep the new tokens' keys and values (batch row, column) as the rows of their nodes."""
+        layers = cache.layers
+        if self.stacked is None and not self.keys and STACK_KV:
+            first = layers[0].keys
+            if all(layer.keys.device == first.device and layer.keys.shape == first.shape for layer in layers):
+                self.stacked = first.new_zeros((self.n_nodes, 2, len(layers), first.shape[1], first.shape[3]))
+        if self.stacked is not None:
+            new = torch.stack([torch.stack([layer.keys[:, :, width_past:] for layer in layers]),
+                               torch.stack([layer.values[:, :, width_past:] for layer in layers])])
+            self.stacked[nodes] = new.permute(2, 4, 0, 1, 3, 5)[rows, cols]  # [tokens, 2, L, H, D]
+            return
+        for layer, cached in enumerate(layers):
+            at = cached.keys.device
+            r, c, n = rows.to(at), cols.to(at), nodes.to(at)
+            new_k = cached.keys[:, :, width_past:].transpose(1, 2)[r, c]  # [tokens, kv_heads, head_dim]
+            new_v = cached.values[:, :, width_past:].transpose(1, 2)[r, c]
+            if layer == len(self.keys):
+                self.keys.append(new_k.new_zeros((self.n_nodes, *new_k.shape[1:])))
+                self.values.append(new_v.new_zeros((self.n_nodes, *new_v.shape[1:])))
+            self.keys[layer][n] = new_k
+            self.values[layer][n] = new_v

@@ -1,0 +1,144 @@
+"""Extraction inside another forward pass: `compare` scores the items directly (the model body over each
+text, then the vocabulary projection of the states that predict its tokens) and stores their hidden states,
+and both read the same texts, so the store is filled from direct scoring's own forward passes instead of a
+second pass of its own (`StoreCapture`).
+
+The store is the one `extract` writes (same settings, hence the same settings hash: a later `extract` or
+`compare` reuses it, or resumes it if the fused pass was interrupted): every layer, pooled inside the forward
+pass at the hf backend's points (hooks that let the pass go on to the final norm that scoring needs), rows sent
+to the background writer, which writes a shard once all its rows have come. Only the batching differs (direct
+scoring's length-sorted batches of distinct texts, recorded in the manifest's provenance), which moves the
+values by float rounding only (tests/test_fused.py bounds the difference).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from babelprobe.errors import BabelprobeError
+from babelprobe.extract.background import BackgroundWriter
+from babelprobe.extract.capture import Pooler
+from babelprobe.extract.layers import parse_layers
+from babelprobe.extract.settings import ExtractSettings
+from babelprobe.extract.store import MANIFEST, store_lock
+
+
+def can_fuse(out: str | Path, overwrite: bool) -> bool:
+    """Whether a store at `out` would be made from scratch (nothing there yet, or `overwrite`): only then is it
+    filled by a fused pass; a store to reuse or resume is left to `extract`."""
+    out = Path(out)
+    return overwrite or not ((out / MANIFEST).exists() or any(out.glob("shard-*.h5")))
+
+
+class StoreCapture:
+    """Fills the activation store of `items` at `out` from another caller's forward passes of the same texts.
+
+    `with capture:` takes the store's lock, prepares it and hooks the model; `capture.during(items, plan)`
+    is what a `DirectScorer` enters around each batch's forward (the batch's pooled rows go to the writer);
+    leaving the block writes the complete manifest (or, after an error, leaves the shards written so far for
+    `extract` to resume). Options as `extract`'s."""
+
+    def __init__(self, lm, items: pd.DataFrame, out: str | Path, settings: ExtractSettings | None = None, *,
+                 shard_size: int | None = None, batch_tokens: int = 4096, compression: str = "none",
+                 source: dict | None = None, provenance: dict | None = None, overwrite: bool = False):
+        from babelprobe.extract.run import _writer, parse_pools
+
+        settings = settings or ExtractSettings()
+        if settings.backend != "hf" or settings.truncate:
+            raise BabelprobeError("a fused extraction uses the hf backend without truncation")
+        self.lm, self.overwrite = lm, overwrite
+        self.layers, self.pools = parse_layers(settings.layers, lm.n_layers), parse_pools(settings.pool)
+        self.keys = items[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
+        self.keys["n_tokens"] = np.full(len(items), -1, dtype=np.int32)  # filled as the texts are tokenised
+        self.row = pd.Series(np.arange(len(items)), index=items["item_id"].to_numpy())
+        provenance = {**(provenance or {}), "extract_settings": {**vars(settings)},
+                      "fused": "pooled inside direct scoring's forward passes (its batches of distinct texts)"}
+        self.writer = _writer(lm, items, out, self.layers, self.pools, "hf", settings.dtype, settings.on_overflow,
+                              shard_size, compression, False, source, provenance, batch_tokens, "right")
+        self.background: BackgroundWriter | None = None
+        self.pooler: Pooler | None = None
+        self.handles: list = []
+
+    def __enter__(self):
+        from babelprobe.extract.store import ensure_dir
+
+        ensure_dir(self.writer.path)
+        self.lock = store_lock(self.writer.path)
+        self.lock.__enter__()
+        try:
+            self.writer.prepare(overwrite=self.overwrite)
+            self.background = BackgroundWriter(self.writer, self.keys, (len(self.layers), self.lm.d_model), [],
+                                               update_manifest=True)
+            self._hook()
+        except BaseException:
+            self.lock.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, kind, error, trace):
+        try:
+            for handle in self.handles:
+                handle.remove()
+            if kind is None:
+                self.background.close()
+                from babelprobe.extract.backends import backend_version
+
+                self.writer.finish(extra={"backend": {"name": "hf", "version": backend_version("hf")},
+                                          "world_size": 1})
+            else:
+                self.background.abort()
+        finally:
+            self.lock.__exit__(None, None, None)
+        return False
+
+    def _hook(self) -> None:
+        """The hf backend's reading points (layer 0 entering block 1, layer i leaving block i), pooling while a
+        batch is captured; unlike extraction's, the pass goes on after the last layer (scoring needs it)."""
+        from babelprobe.extract.capture import first_input, hidden_of
+
+        blocks, column = self.lm.parts.layers, {layer: j for j, layer in enumerate(self.layers)}
+
+        def add(layer, hidden):
+            if self.pooler is not None:
+                self.pooler.add(column[layer], hidden)
+
+        if 0 in column:
+            self.handles.append(blocks[0].register_forward_pre_hook(
+                lambda module, args, kwargs: add(0, first_input(args, kwargs)), with_kwargs=True))
+        for layer in self.layers:
+            if layer > 0:
+                self.handles.append(blocks[layer - 1].register_forward_hook(
+                    lambda module, args, output, layer=layer: add(layer, hidden_of(output))))
+
+    def during(self, items: pd.DataFrame, plan):
+        """The per-batch capture for one chunk of `items` scored by `plan` (a `LogprobPlan` of their texts)."""
+        texts = items["text"].tolist()
+        rows_of_text: dict[str, list[int]] = {}
+        for item_id, text in zip(items["item_id"], texts):
+            rows_of_text.setdefault(text, []).append(int(self.row[item_id]))
+        exclude_bos = self.lm.bos_policy == "bos"
+        unique_rows = [rows_of_text[text] for text, _ in plan.unique]
+        filled = [(row, len(enc.ids)) for rows, enc in zip(unique_rows, plan.encodings) for row in rows]
+        column = self.keys.columns.get_loc("n_tokens")  # set before any of these rows reaches the writer
+        self.keys.iloc[[r for r, _ in filled], column] = np.array([n for _, n in filled], dtype=np.int32)
+        batches = iter(plan.batches)
+
+        @contextmanager
+        def capture(inputs: dict[str, torch.Tensor]):
+            batch = next(batches)  # the scorer runs the plan's batches in order
+            pooler = Pooler(inputs["attention_mask"], self.pools, len(self.layers), self.lm.d_model, exclude_bos)
+            self.pooler = pooler
+            try:
+                yield
+            finally:
+                self.pooler = None
+            rows = [(row, j) for j, i in enumerate(batch["rows"]) for row in unique_rows[i]]
+            self.background.scattered(np.array([r for r, _ in rows]), pooler.result_async(),
+                                      np.array([j for _, j in rows]))
+
+        return capture

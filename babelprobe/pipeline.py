@@ -1,0 +1,64 @@
+"""Host work off the device's critical path: a three-stage pipeline over chunks of work.
+
+A model stage has three parts of different kinds: preparing a chunk on the host (tokenising, batching,
+building prefix trees, padded tensors), running it on the device (the forward passes, whose results stay on
+the device), and finishing it on the host (one read back, the result tables, writing). Done in series the
+device waits for the host twice per chunk. `pipelined` runs them as a pipeline, the way serving engines keep
+a GPU fed (vLLM's and SGLang's schedulers prepare the next step while the model runs this one):
+
+    chunk k+1 prepared  (a producer thread)
+    chunk k   run       (the calling thread: the device is driven from one thread, in order)
+    chunk k-1 finished  (a finishing thread)
+
+so the device only waits for the host at the start (the first chunk's preparation) and the host only after
+the device's last chunk. The stages keep their order, each works on one chunk at a time, and at most two
+finished chunks wait to be finished, which bounds memory. The first error of any stage stops the pipeline
+(chunks not yet started are dropped) and is raised in the caller, as the same exception.
+
+Threads suffice because the heavy host work here releases the GIL (tokenisers, numpy, hashing, file I/O)
+and a device's forward pass releases it while it waits (Python work of the producer and the finisher still
+takes turns with the launching thread). `runs.score_resumably` runs a plain scoring function whole in the run
+step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+MAX_FINISHING = 2  # run chunks waiting to be finished: the run stage waits beyond this
+
+
+def pipelined(chunks: Iterable, prepare: Callable, run: Callable, finish: Callable,
+              done: Callable | None = None) -> list:
+    """[finish(run(prepare(chunk))) for chunk in chunks], pipelined (module docstring). `done(k, result)`, if
+    given, is called on the finishing thread right after chunk k is finished (e.g. to write it)."""
+    chunks = list(chunks)
+    if not chunks:
+        return []
+
+    def finished(k, ran):
+        result = finish(ran)
+        if done is not None:
+            done(k, result)
+        return result
+
+    with ThreadPoolExecutor(1, thread_name_prefix="babelprobe-prepare") as before, \
+            ThreadPoolExecutor(1, thread_name_prefix="babelprobe-finish") as after:
+        upcoming = before.submit(prepare, chunks[0])
+        finishing: list[Future] = []
+        try:
+            for k in range(len(chunks)):
+                ready = upcoming.result()
+                if k + 1 < len(chunks):
+                    upcoming = before.submit(prepare, chunks[k + 1])
+                ran = run(ready)
+                if len(finishing) >= MAX_FINISHING:
+                    finishing[-MAX_FINISHING].result()  # memory bound; raises a finishing error here
+                finishing.append(after.submit(finished, k, ran))
+            return [future.result() for future in finishing]
+        except BaseException:
+            upcoming.cancel()
+            for future in finishing:
+                future.cancel()
+            raise

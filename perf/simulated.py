@@ -1,0 +1,326 @@
+"""A simulated accelerator for perf/workflow.py (`--device simulated`): progress on overlapping host and
+device work measured on a machine without a GPU.
+
+The stand-in model has the shape of a real one (its config: layers, d_model, heads, the real tokenizer's
+vocabulary) and is called exactly as babelprobe calls a real model (`lm.parts.body`, each block as a module,
+so extraction's hooks fire; `lm.parts.logits`; KV caches in `DynamicCache`), but its forward does no
+arithmetic: it holds the calling thread, with the GIL released (`time.sleep`), for the time the measured
+device would take (`DEVICE_RATES`), and returns correctly shaped outputs whose values are never computed.
+
+Those outputs are `SimTensor`s: tensors without data (their operations run on PyTorch's meta device, which
+computes shapes only), so everything that would run on the device (gathering rows, the log-normaliser over
+the vocabulary, copying KV rows) costs only its dispatch on the host, as a kernel launch does. A read back to
+the host (`.cpu()`, `.item()`, a copy into a host tensor) gives zeros of the right shape and dtype. The real
+tokenizer, prefix trees, batching, scoring tables and writing run unchanged; only the numbers are zeros.
+
+Device time: `tokens × body_s_per_token` for a forward over `tokens` (batch rows × width, padding included;
+each block is charged its share, so a forward stopped after a layer costs that share) plus `rows ×
+head_s_per_row` for the vocabulary projection of `rows` states, and never less than reading the weights of
+what ran once at H200's memory bandwidth (a small batch costs that much on a real GPU). The rates come from
+the H200 run in README "The whole workflow" (source below); shapes not measured there are scaled by their
+FLOPs per token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# ------------------------------------------------------------------------------------------- the rates
+
+# Source: README "The whole workflow", NVIDIA H200, 2026-11-26, llama-3.1-8b shapes, random weights, bfloat16,
+# torch 2.11.0+cu130, 9,180 XCOMPS-sized pairs (171,828 text tokens), batch budget 4096:
+#   body: "body forward, own batches" 5.443 s / 171,828 tokens                          = 31.7 us per token;
+#   head: direct's floor (body + needed rows' logits) 6.897 s minus the body's 5.443 s over the
+#         153,468 scored rows (every token but BOS)                                      = 9.47 us per row.
+MEASURED = {"llama-3.1-8b": {"body_s_per_token": 5.443 / 171_828, "head_s_per_row": (6.897 - 5.443) / 153_468,
+                             "source": "README 'The whole workflow', H200 2026-11-26"}}
+
+
+# A pass cannot be faster than reading its weights once: H200 memory bandwidth, 4.8 TB/s (NVIDIA's data sheet).
+BANDWIDTH = 4.8e12
+
+
+@dataclass(frozen=True)
+class Rates:
+    body_s_per_token: float
+    head_s_per_row: float
+    source: str
+    body_min_s: float = 0.0  # the least a body forward costs (its blocks' weights read once)
+    head_min_s: float = 0.0  # the least a projection costs (the output layer's weights read once)
+
+
+def device_rates(shape: str, config, dtype=torch.bfloat16) -> Rates:
+    """The measured rates of `shape`, else the 8B ones scaled by FLOPs per token (body: 2 × parameters
+    of the blocks; head: 2 × d_model × vocabulary); with the least time of a pass (its weights read at
+    `BANDWIDTH`)."""
+    size = torch.finfo(dtype).bits // 8
+    floors = {"body_min_s": block_flops(config) / 2 * size / BANDWIDTH,
+              "head_min_s": config.hidden_size * config.vocab_size * size / BANDWIDTH}
+    if shape in MEASURED:
+        return Rates(**MEASURED[shape], **floors)
+    from transformers import LlamaConfig
+
+    ref = MEASURED["llama-3.1-8b"]
+    big = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=config.vocab_size)
+    body = block_flops(config) / block_flops(big)
+    head = config.hidden_size / big.hidden_size
+    return Rates(ref["body_s_per_token"] * body, ref["head_s_per_row"] * head,
+                 f"scaled from llama-3.1-8b by FLOPs per token ({ref['source']})", **floors)
+
+
+def block_flops(config) -> float:
+    """Multiply-add FLOPs per token of the decoder blocks (2 × their weight count; attention over the
+    context is left out: the texts are short)."""
+    d, inner, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", heads) or heads
+    head_dim = getattr(config, "head_dim", None) or d // heads
+    attention = d * head_dim * (heads + 2 * kv) + heads * head_dim * d
+    return 2.0 * layers * (attention + 3 * d * inner)
+
+
+# ------------------------------------------------------------------------------------- tensors without data
+
+class SimTensor(torch.Tensor):
+    """A tensor that lives on the simulated device: shape, dtype and strides, no values (see module
+    docstring). Operations run on the meta device; reading back gives zeros."""
+
+    @staticmethod
+    def __new__(cls, inner: torch.Tensor):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, strides=inner.stride(), dtype=inner.dtype,
+                                                   device=inner.device, requires_grad=False)
+
+    def __init__(self, inner: torch.Tensor):
+        self.inner = inner
+
+    def __repr__(self):
+        return f"SimTensor(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        packet = func.overloadpacket
+        if packet in (aten._to_copy, aten.to) and _to_host(args, kwargs):
+            dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), args[0].dtype)
+            return torch.zeros(args[0].shape, dtype=dtype)  # a read back to the host
+        if func is aten.copy_.default and not isinstance(args[0], SimTensor) and args[0].device.type != "meta":
+            return args[0].zero_()  # a read into a host tensor
+        if func is aten._local_scalar_dense.default:
+            return 0
+        shortcut = SHAPE_RULES.get(func)
+        if shortcut is not None:
+            out = shortcut(*args, **kwargs)
+            if out is not None:
+                return out
+        out = func(*[_to_meta(a) for a in args], **{k: _to_meta(v) for k, v in kwargs.items()})
+        return _wrap(out) if isinstance(out, torch.Tensor) else type(out)(_wrap(o) for o in out) \
+            if isinstance(out, (tuple, list)) else out
+
+
+aten = torch.ops.aten
+
+
+def _to_host(args, kwargs) -> bool:
+    """Whether a `to`/`_to_copy` call moves to a real device (the host): its device argument is not meta."""
+    device = kwargs.get("device", next((a for a in args[1:] if isinstance(a, (torch.device, str))), None))
+    if device is None and len(args) > 1 and isinstance(args[1], torch.Tensor):
+        device = args[1].device  # `to(other)`
+    return device is not None and torch.device(device).type != "meta"
+
+
+def _to_meta(value):
+    if isinstance(value, SimTensor):
+        return value.inner
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "meta" else torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device="meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_meta(v) for v in value)
+    return value
+
+
+def _wrap(value):
+    return SimTensor(value) if isinstance(value, torch.Tensor) and value.device.type == "meta" else value
+
+
+# Shapes of the hot operations worked out directly: the meta device's own rules for these are written in
+# Python and cost far more per call than launching a kernel does (the simulation would overstate host work).
+
+def _index(self, indices):
+    """Advanced indexing by integer tensors on the leading dimensions (`x[rows, cols]`, `x[index]`)."""
+    if any(i is None or i.dtype in (torch.bool, torch.uint8) for i in indices):
+        return None
+    shapes = {tuple(i.shape) for i in indices}
+    shape = (shapes.pop() if len(shapes) == 1 else tuple(torch.broadcast_shapes(*shapes))) + tuple(
+        self.shape[len(indices):])
+    return empty(*shape, dtype=self.dtype)
+
+
+def _cat(tensors, dim=0):
+    tensors = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]  # legacy: empty 1-d tensors skipped
+    if not tensors:
+        return None
+    first = tensors[0]
+    dim = dim % first.dim()
+    shape = list(first.shape)
+    shape[dim] = sum(t.shape[dim] for t in tensors)
+    return empty(*shape, dtype=first.dtype)
+
+
+def _stack(tensors, dim=0):
+    shape = list(tensors[0].shape)
+    shape.insert(dim % (len(shape) + 1), len(tensors))
+    return empty(*shape, dtype=tensors[0].dtype)
+
+
+def _unbind(self, dim=0):
+    shape = list(self.shape)
+    del shape[dim % len(shape)]
+    return [empty(*shape, dtype=self.dtype) for _ in range(self.shape[dim])]
+
+
+def _in_place(self, *args, **kwargs):
+    return self if isinstance(self, SimTensor) else None
+
+
+SHAPE_RULES = {aten.index.Tensor: _index, aten.cat.default: _cat, aten.index_put_.default: _in_place,
+               aten.stack.default: _stack, aten.unbind.int: _unbind, aten.exp_.default: _in_place,
+               aten.log_.default: _in_place, aten.sub_.Tensor: _in_place, aten.add_.Tensor: _in_place}
+
+
+def empty(*shape: int, dtype=torch.float32) -> SimTensor:
+    return SimTensor(torch.empty(shape, dtype=dtype, device="meta"))
+
+
+# ------------------------------------------------------------------------------------------- the device
+
+class Device:
+    """The simulated device's clock. Work is charged (`charge`) as it is queued and the calling thread is
+    held for it (`settle`: once per forward pass or projection, not once per block, so that waking up from
+    many short sleeps on a loaded machine does not add to the device time). `busy` is the device time
+    charged; the thread's sleeps are kept to it over many calls (an oversleep is taken off the next one)."""
+
+    def __init__(self, rates: Rates):
+        self.rates, self.busy, self.owed, self.debt = rates, 0.0, 0.0, 0.0
+        self.lock = threading.Lock()
+
+    def charge(self, seconds: float) -> None:
+        with self.lock:
+            self.owed += seconds
+            self.busy += seconds
+
+    def settle(self) -> None:
+        """Hold the calling thread (GIL released) for the work charged since the last settle."""
+        with self.lock:
+            owed, self.owed = self.owed, 0.0
+        target = owed - self.debt
+        if target <= 0:
+            self.debt = -target
+            return
+        start = time.perf_counter()
+        time.sleep(target)
+        self.debt = time.perf_counter() - start - target
+
+
+class SimBlock(nn.Module):
+    """One decoder block: appends its keys and values to a cache it is given, returns its input as output,
+    and charges the device its share of the forward."""
+
+    def __init__(self, index: int, device: Device, share: float, kv_shape: tuple[int, int], dtype):
+        super().__init__()
+        self.index, self.device, self.share, self.kv_shape, self.dtype = index, device, share, kv_shape, dtype
+
+    def forward(self, hidden, cache=None, **_):
+        batch, width = hidden.shape[:2]
+        if cache is not None:
+            heads, head_dim = self.kv_shape
+            cache.update(empty(batch, heads, width, head_dim, dtype=self.dtype),
+                         empty(batch, heads, width, head_dim, dtype=self.dtype), self.index)
+        rates = self.device.rates
+        self.device.charge(max(batch * width * rates.body_s_per_token, rates.body_min_s) * self.share)
+        return hidden
+
+
+class SimBody(nn.Module):
+    """The model body (embeddings, blocks, final norm) as babelprobe calls it: keyword inputs, an optional
+    cache, hidden states after the final norm in `last_hidden_state`."""
+
+    def __init__(self, config, device: Device, dtype):
+        super().__init__()
+        self.config, self.dtype, self.device = config, dtype, device
+        heads = config.num_attention_heads
+        kv = (config.num_key_value_heads or heads, getattr(config, "head_dim", None) or config.hidden_size // heads)
+        self.embed_tokens = nn.Identity()
+        self.layers = nn.ModuleList(SimBlock(i, device, 1 / config.num_hidden_layers, kv, dtype)
+                                    for i in range(config.num_hidden_layers))
+        self.norm = nn.Identity()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
+                use_cache=None, **kwargs):
+        from transformers.modeling_outputs import BaseModelOutputWithPast
+
+        batch, width = input_ids.shape
+        hidden = empty(batch, width, self.config.hidden_size, dtype=self.dtype)
+        try:
+            for block in self.layers:  # as modules: hooks on them fire (and may stop the pass)
+                hidden = block(hidden, cache=cache)
+        finally:
+            self.device.settle()
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden), past_key_values=cache)
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+
+class SimHead(nn.Module):
+    """The vocabulary projection: [rows, d] -> [rows, vocab] logits without values, charged per row."""
+
+    def __init__(self, vocab: int, d_model: int, device: Device, dtype):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab, d_model, dtype=dtype, device="meta"), requires_grad=False)
+        self.device = device
+
+    def forward(self, hidden):
+        rows = hidden.numel() // hidden.shape[-1]
+        rates = self.device.rates
+        self.device.charge(max(rows * rates.head_s_per_row, rates.head_min_s))
+        self.device.settle()
+        return empty(*hidden.shape[:-1], self.weight.shape[0], dtype=self.weight.dtype)
+
+
+class SimCausalLM(nn.Module):
+    """What `LoadedModel.model` is: the config, the body, the head, and HF's forward (for the baselines)."""
+
+    def __init__(self, config, device: Device, dtype):
+        super().__init__()
+        self.config = config
+        self.model = SimBody(config, device, dtype)
+        self.lm_head = SimHead(config.vocab_size, config.hidden_size, device, dtype)
+
+    def forward(self, input_ids=None, logits_to_keep=0, **kwargs):
+        from transformers.modeling_outputs import CausalLMOutputWithPast
+
+        hidden = self.model(input_ids=input_ids, **kwargs).last_hidden_state
+        kept = hidden if not logits_to_keep else hidden[:, -logits_to_keep:]
+        return CausalLMOutputWithPast(logits=self.lm_head(kept))
+
+
+def simulated_model(shape: str, config, tokenizer, dtype=torch.bfloat16):
+    """A `LoadedModel` of `config`'s shape on the simulated device (module docstring), and its `Device`."""
+    from babelprobe.models import LoadedModel, Parts
+
+    device = Device(device_rates(shape, config, dtype))
+    model = SimCausalLM(config, device, dtype).eval()
+    body = model.model
+    parts = Parts(body=body, embed=body.embed_tokens, layers=body.layers, final_norm=body.norm, head=model.lm_head,
+                  softcap=None, device=None)  # outputs stay on the simulated device
+    lm = LoadedModel(model=model, tokenizer=tokenizer, name=f"simulated {shape}", fingerprint=f"simulated-{shape}",
+                     device=torch.device("cpu"), dtype=dtype, bos_token_id=tokenizer.bos_token_id,
+                     max_length=int(config.max_position_embeddings), parts=parts)
+    return lm, device

@@ -1,0 +1,113 @@
+"""Extraction fused into direct scoring (`extract/fused.py`, `compare`): one forward pass gives the same direct
+scores as direct scoring alone and the same stored states as `extract` alone, within float32 rounding of a
+different batching; `compare` fuses only when both start from scratch, and an interrupted fused pass is
+finished by the ordinary resume."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import babelprobe.comparison as comparison
+from babelprobe.benchmarks.scoring import DirectSettings, score_direct_capturing, score_pairs
+from babelprobe.extract import extract, open_store
+from babelprobe.extract.fused import StoreCapture
+from babelprobe.extract.settings import ExtractSettings
+from babelprobe.items import load_items
+
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+def state_rtol(lm, layer: int) -> float:
+    """How far two float32 evaluations of layer `layer`'s state may differ, relative to the layer's largest
+    |value|, when only the batching differs (other batch rows and padding widths change how kernels block
+    their sums): a sum of n terms errs by about √n·u on average (Higham, Accuracy and Stability, §4.2); 4·√n·ε
+    (ε = 2u) per chained reduction covers the tail, and layer i chains i + 1 of them (the embedding and i
+    blocks), each over at most the MLP width. The same rule as the project's tests/numeric.py."""
+    config = lm.model.config
+    width = max(lm.d_model, int(getattr(config, "intermediate_size", 4 * lm.d_model)))
+    return (layer + 1) * 4.0 * math.sqrt(width) * EPS32
+
+
+def sample_items():
+    """A few sample pairs in three languages, plus a pair whose texts repeat another pair's (a text scored
+    once fills every item row that has it)."""
+    items = load_items("xcomps-sample", languages=["en", "de", "zh"], limit=2)
+    copy = items[items["pair_id"] == items["pair_id"].iloc[0]].copy()
+    copy["pair_id"] = "copy-pair"
+    copy["item_id"] = copy["item_id"] + "-copy"
+    return load_items(pd.concat([items, copy], ignore_index=True))
+
+
+def assert_same_store(lm, fused_path, separate_path):
+    fused, separate = open_store(fused_path), open_store(separate_path)
+    assert fused.manifest["complete"] and separate.manifest["complete"]
+    assert fused.manifest["settings_hash"] == separate.manifest["settings_hash"]  # extract reuses or resumes it
+    assert "fused" in fused.manifest and "fused" not in separate.manifest
+    pd.testing.assert_frame_equal(fused.keys.reset_index(drop=True), separate.keys.reset_index(drop=True))
+    for pool in fused.pools:
+        for layer in fused.layers:
+            a, b = fused.read(layer, pool=pool), separate.read(layer, pool=pool)
+            bound = state_rtol(lm, layer) * float(np.abs(b).max())
+            np.testing.assert_allclose(a, b, rtol=0, atol=bound, err_msg=f"{pool} layer {layer}")
+
+
+def test_one_pass_gives_the_scores_and_states_of_two(tiny, tmp_path):
+    items = sample_items()
+    settings = DirectSettings()
+    alone = score_pairs("direct", tiny, items, tmp_path / "alone.csv", settings, batch_tokens=64, progress=False)
+    extract(tiny, items, tmp_path / "separate", pool="both", batch_tokens=64, progress=False)
+    capture = StoreCapture(tiny, items, tmp_path / "fused", ExtractSettings(pool="both"), batch_tokens=64)
+    with capture:
+        fused = score_direct_capturing(tiny, items, tmp_path / "fused.csv", settings, capture, batch_tokens=64,
+                                       progress=False)
+    # the same batches through the same model: the hooks only read, so the scores are the very same
+    pd.testing.assert_frame_equal(fused, alone)
+    assert_same_store(tiny, tmp_path / "fused", tmp_path / "separate")
+
+
+def test_compare_fuses_a_new_store_and_leaves_an_existing_one_to_extract(tiny, tmp_path, monkeypatch):
+    items = sample_items()
+    comparison.compare(tiny, items, tmp_path / "fused", folds=2, progress=False)
+    monkeypatch.setattr(comparison, "FUSE", False)
+    comparison.compare(tiny, items, tmp_path / "separate", folds=2, progress=False)
+    assert_same_store(tiny, tmp_path / "fused" / "acts", tmp_path / "separate" / "acts")
+    a = pd.read_csv(tmp_path / "fused" / "direct.csv")
+    b = pd.read_csv(tmp_path / "separate" / "direct.csv")
+    np.testing.assert_array_equal(a[["score_good", "score_bad"]], b[["score_good", "score_bad"]])
+    # a store that is already there (even of these items) is never refilled by a fused pass
+    monkeypatch.setattr(comparison, "FUSE", True)
+    (tmp_path / "fused" / "direct.csv").unlink()
+    comparison.compare(tiny, items, tmp_path / "fused", folds=2, progress=False)
+    assert open_store(tmp_path / "fused" / "acts").manifest["fused"]  # the same store, reused
+
+
+def test_an_interrupted_fused_pass_is_finished_by_the_resume(tiny, tmp_path, monkeypatch):
+    import babelprobe.runs as runs
+    from babelprobe.benchmarks.direct import DirectScorer
+
+    items = sample_items()
+    monkeypatch.setattr(runs, "CHUNK_PAIRS", 3)
+    finish, calls = DirectScorer.finish, []
+
+    def fail_on_the_third(self, ran):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return finish(self, ran)
+
+    monkeypatch.setattr(DirectScorer, "finish", fail_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        comparison.compare(tiny, items, tmp_path / "cmp", folds=2, progress=False)
+    assert not open_store(tmp_path / "cmp" / "acts", allow_incomplete=True).manifest["complete"]
+    monkeypatch.setattr(DirectScorer, "finish", finish)
+    comparison.compare(tiny, items, tmp_path / "cmp", folds=2, progress=False)  # direct resumes, extract resumes
+    monkeypatch.setattr(comparison, "FUSE", False)
+    comparison.compare(tiny, items, tmp_path / "separate", folds=2, progress=False)
+    fused, separate = open_store(tmp_path / "cmp" / "acts"), open_store(tmp_path / "separate" / "acts")
+    for layer in separate.layers:
+        bound = state_rtol(tiny, layer) * float(np.abs(separate.read(layer)).max())
+        np.testing.assert_allclose(fused.read(layer), separate.read(layer), rtol=0, atol=bound)

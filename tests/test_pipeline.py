@@ -1,0 +1,62 @@
+"""`pipeline.pipelined`: chunks prepared, run and finished in order, the next chunk prepared and the previous one
+finished while one runs, and the first error of any stage raised in the caller as the same exception."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from babelprobe.pipeline import pipelined
+
+
+def test_results_and_done_calls_come_in_order():
+    seen = []
+    out = pipelined(range(6), lambda k: k * 10, lambda p: p + 1, lambda r: -r, done=lambda k, r: seen.append((k, r)))
+    assert out == [-(k * 10 + 1) for k in range(6)]
+    assert seen == [(k, -(k * 10 + 1)) for k in range(6)]
+    assert pipelined([], str, str, str) == []
+
+
+def test_the_next_chunk_is_prepared_and_the_last_finished_while_one_runs():
+    """Run k waits (with a time limit) until prepare k+1 and finish k-1 have happened: in series it would not."""
+    prepared = {k: threading.Event() for k in range(4)}
+    finished = {k: threading.Event() for k in range(4)}
+    overlapped = []
+
+    def prepare(k):
+        prepared[k].set()
+        return k
+
+    def run(k):
+        if k + 1 < 4:
+            overlapped.append(prepared[k + 1].wait(timeout=10))
+        if k >= 1:
+            overlapped.append(finished[k - 1].wait(timeout=10))
+        return k
+
+    def finish(k):
+        finished[k].set()
+        return k
+
+    assert pipelined(range(4), prepare, run, finish) == [0, 1, 2, 3]
+    assert overlapped == [True] * 6
+
+
+@pytest.mark.parametrize("stage", ["prepare", "run", "finish", "done"])
+def test_the_first_error_of_any_stage_is_raised_and_stops_the_rest(stage):
+    started = []
+
+    def step(name):
+        def call(value, *rest):
+            if name == "run":
+                started.append(value)
+            if name == stage and value == 2:
+                raise ValueError(f"{name} failed on 2")
+            return value
+        return call
+
+    done = step("done")
+    with pytest.raises(ValueError, match=f"{stage} failed on 2"):
+        pipelined(range(8), step("prepare"), step("run"), step("finish"), done=lambda k, r: done(k))
+    assert max(started) <= 5  # chunks well after the failing one never ran
