@@ -16,7 +16,6 @@ from pathlib import Path
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.paths import check_kind_of_path, check_path, check_readable
-from babelprobe.runs import LAYOUTS, detect
 
 # the sorts of input a command may name, and what each must be
 SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a compare directory (`babelprobe compare`)",
@@ -29,7 +28,9 @@ SORTS = {"store": "an activation store (`babelprobe extract`)", "compare": "a co
          "tasks": "lm-evaluation-harness task, group or tag names (the lm-eval extra)",
          "lm-eval": "lm-evaluation-harness tasks: lm-eval:TASK[,TASK...][@DIR], TASK[,TASK...][@DIR] or a bundled "
                     "sample (lm-eval-sample)",
-         "corpus": "a text corpus: a bundled one, a folder of <lang>.txt, a table or hf:ORG/NAME"}
+         "corpus": "a text corpus: a bundled one, a folder of <lang>.txt, a table or hf:ORG/NAME",
+         "concepts": "a table of concept words (concept_id, language, word) or a bundled set (xcomps-sample, "
+                     "dumas-concepts)"}
 
 
 def check_input(name: str, value, sort: str):
@@ -38,12 +39,16 @@ def check_input(name: str, value, sort: str):
     frame, an opened store, a loaded SAE) is returned as it is: there is nothing on disk to check."""
     if value is None or not isinstance(value, (str, os.PathLike)):
         return value
+    # imported here: the CLI's help imports this module, and runs imports pandas
+    from babelprobe.runs import LAYOUTS, detect
+
     path = Path(value)
     where = f"{name} {path}" if name else str(path)
     if sort in ("tasks", "lm-eval") or sort == "items" and is_harness_source(value):
         return check_tasks(name, str(value), sort)
-    if sort in ("items", "corpus") and not path.exists():
-        return path  # a bundled set or a hub id, or a name the item or corpus loader explains
+    if sort in ("items", "corpus", "concepts") and not path.exists():
+        return path  # a bundled set or a hub id, or a name the item, corpus or concept loader explains
+    sort = "file" if sort == "concepts" else sort
     if sort == "new-store":  # a store to reuse, or a new (or empty) directory to extract into
         if not path.exists() or path.is_dir() and not any(path.iterdir()):
             return path

@@ -13,7 +13,8 @@ a GPU fed (vLLM's and SGLang's schedulers prepare the next step while the model 
 so the device only waits for the host at the start (the first chunk's preparation) and the host only after
 the device's last chunk. The stages keep their order, each works on one chunk at a time, and at most two
 finished chunks wait to be finished, which bounds memory. The first error of any stage stops the pipeline
-(chunks not yet started are dropped) and is raised in the caller, as the same exception.
+(chunks not yet run are dropped, chunks already run are still finished) and is raised in the caller, as the
+same exception.
 
 Threads suffice because the heavy host work here releases the GIL (tokenisers, numpy, hashing, file I/O)
 and a device's forward pass releases it while it waits (Python work of the producer and the finisher still
@@ -59,6 +60,11 @@ def pipelined(chunks: Iterable, prepare: Callable, run: Callable, finish: Callab
             return [future.result() for future in finishing]
         except BaseException:
             upcoming.cancel()
+            # chunks the device has run are still finished (and written by `done`): an interruption keeps
+            # every chunk whose forward passes completed; a finishing error of theirs gives way to this one
             for future in finishing:
-                future.cancel()
+                try:
+                    future.result()
+                except BaseException:
+                    pass
             raise

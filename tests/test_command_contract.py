@@ -295,6 +295,7 @@ def generic_cases(command: Command) -> list[Case]:
                 needles=(shown, "permission denied"))
             add(f"{name} an empty directory", template=template, slots={slot: "empty_dir"}, needles=("empty_dir",))
             continue
+        sort = "file" if sort == "concepts" else sort  # a bundled set's name is not a path: a file otherwise
         is_dir = sort not in ("file",)
         add(f"{name} missing", template=template, slots={slot: "=nowhere"}, needles=(shown, "nowhere", "no such"))
         readable = {"store": "acts", "new-store": "acts", "compare": "cmp", "neurons": "neurons", "sae-run": "sae_run_other",
@@ -557,8 +558,9 @@ LIBRARY = {
     "align": (lambda w, o: __import__("babelprobe").align(None, o, compare=w["cmp"]), "compare", "cmp"),
     "sae_features": (lambda w, o: __import__("babelprobe").sae_features(w["items"], o, sae=w["sae"], folds=2,
                                                                         model=str(w["model"])), "sae", "sae"),
-    "train_sae": (lambda w, o: __import__("babelprobe").train_sae(w["acts"], o, layers=2, width=16, steps=2),
-                  "acts", "acts"),
+    "train_sae": (lambda w, o: __import__("babelprobe").train_sae(str(w["model"]), w["corpus"], o, layers=2, width=16,
+                                                                  k=4, tokens=256, batch_size=64, window=16),
+                  "corpus", "corpus"),
     "write_report": (lambda w, o: __import__("babelprobe").write_report(w["cmp"], o), "results", "cmp"),
     "run_benchmark": (lambda w, o: __import__("babelprobe").run_benchmark(w["items"], o, name="stingray",
                                                                           model=str(w["model"])), "items", "items"),
@@ -656,7 +658,8 @@ def test_every_setting_has_help_and_round_trips_through_the_record(where, cls):
     for field in dataclasses.fields(cls):
         assert field.metadata.get("help"), f"{where}.{field.name} has no help (declare it with option())"
     presets = ["default", *getattr(cls, "PROTOCOLS", {})]
-    named = {"judge": "self"} if "eclektic" in where else {}
+    # a paper preset that calls an LLM (ECLeKTiC's judge, Pitfalls' extractor) needs it named
+    named = {"judge": "self"} if "eclektic" in where else {"extractor": "self"} if "AffinitySettings" in where else {}
     for protocol in presets:
         settings = settings_for(cls, protocol, **(named if protocol == "paper" else {}))
         record = json.loads(json.dumps(settings_record(settings)))  # as the manifest keeps it

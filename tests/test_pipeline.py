@@ -4,6 +4,7 @@ finished while one runs, and the first error of any stage raised in the caller a
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -60,3 +61,23 @@ def test_the_first_error_of_any_stage_is_raised_and_stops_the_rest(stage):
     with pytest.raises(ValueError, match=f"{stage} failed on 2"):
         pipelined(range(8), step("prepare"), step("run"), step("finish"), done=lambda k, r: done(k))
     assert max(started) <= 5  # chunks well after the failing one never ran
+
+
+def test_an_interrupt_while_running_still_finishes_the_chunks_already_run():
+    """A Ctrl-C in the device step: every chunk whose forward passes completed is finished and handed to
+    `done` (what `runs.score_resumably` writes), so a resumed run does not score it again."""
+    written = []
+
+    def run(k):
+        if k == 3:
+            raise KeyboardInterrupt
+        time.sleep(0.01)
+        return k
+
+    def finish(k):
+        time.sleep(0.05)  # slower than the device: chunks wait to be finished when the interrupt comes
+        return k
+
+    with pytest.raises(KeyboardInterrupt):
+        pipelined(range(6), lambda k: k, run, finish, done=lambda k, r: written.append(r))
+    assert sorted(written) == [0, 1, 2]

@@ -110,8 +110,8 @@ def test_run_affinity_canonical_and_old_form_are_one_run(found, tmp_path, tiny_l
 
     scripted = Scripted()
     monkeypatch.setattr(Models, "generator", lambda self, spec: scripted)
-    old = run_affinity(str(tiny_long_dir), found, tmp_path / "old", protocol="paper", progress=False)
-    new = run_affinity(found, tmp_path / "new", settings_for(AffinitySettings, "paper"),
+    old = run_affinity(str(tiny_long_dir), found, tmp_path / "old", protocol="paper", extractor="self", progress=False)
+    new = run_affinity(found, tmp_path / "new", settings_for(AffinitySettings, "paper", extractor="self"),
                        Runtime(model=str(tiny_long_dir), progress=False, figures=False))
     assert new.accuracy.equals(old.accuracy) and new.affinity.equals(old.affinity)
     assert old.figures and not new.figures  # figures: a runtime option

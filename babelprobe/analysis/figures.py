@@ -300,8 +300,9 @@ def plot_method_bars(items: pd.DataFrame, title: str | None = None):
         x = np.arange(len(groups)) + (k - (len(present) - 1) / 2) * width
         ax.bar(x, rows["accuracy"], width, color=METHOD_COLORS.get(method), label=method, edgecolor="white",
                linewidth=0.4)
-        ax.errorbar(x, rows["accuracy"], yerr=[rows["accuracy"] - rows["ci_low"], rows["ci_high"] - rows["accuracy"]],
-                    fmt="none", ecolor="black", elinewidth=0.7, capsize=1.5)
+        # clipped at 0: at an accuracy of 0 or 1 the Wilson bound equals it up to float rounding (-1e-16)
+        below, above = (rows["accuracy"] - rows["ci_low"]).clip(lower=0), (rows["ci_high"] - rows["accuracy"]).clip(lower=0)
+        ax.errorbar(x, rows["accuracy"], yerr=[below, above], fmt="none", ecolor="black", elinewidth=0.7, capsize=1.5)
     ax.axhline(0.5, color="0.3", linestyle=CHANCE_STYLE, linewidth=0.9, label="chance")
     ax.axvline(len(groups) - 1.5, color="0.6", linewidth=0.6)
     ax.set_xticks(range(len(groups)), groups)

@@ -81,7 +81,7 @@ COMMANDS: tuple[Command, ...] = (
             kind="neurons", inputs={"--items": "items", "--corpus": "corpus"}),
     Command(("patch",), "babelprobe.patching.run:patch_pairs",
             ("babelprobe.patching.settings:TranslationSettings", "babelprobe.patching.settings:PairsSettings"),
-            kind="patch", inputs={"--items": "items", "--concepts": "file", "--compare": "compare"}),
+            kind="patch", inputs={"--items": "items", "--concepts": "concepts", "--compare": "compare"}),
     Command(("lens",), "babelprobe.latent.run:lens", ("babelprobe.latent.settings:LensSettings",), kind="lens",
             inputs={"--items": "items", "--acts": "store", "--compare": "compare"}),
     Command(("align",), "babelprobe.latent.run:align", ("babelprobe.latent.settings:AlignSettings",), kind="align",

@@ -90,6 +90,7 @@ def intervene(items: pd.DataFrame | str | None, out: str | Path | None = None, s
     if n_boot < 0:
         raise BabelprobeError(f"--n-boot must be 0 or more, got {n_boot}")
     out = check_out_dir(out)
+    _check_corpus(settings, corpus, read=False)  # the flags' own mistakes first, then the inputs on disk
     # --sae: a directory here (`sae` hands over its own run before it is finished; the source reads what it needs)
     check_inputs(items=(items, "items"), probes=(probes, "probes"), neurons=(neurons, "neurons"), sae=(sae, "dir"),
                  corpus=(corpus, "corpus"))
@@ -177,8 +178,9 @@ def _check_model(model, found, source) -> None:
     source.check_model(model)
 
 
-def _check_corpus(settings: Settings, corpus):
-    """The corpus of the ppl readout, read and checked before any model loads (None without ppl)."""
+def _check_corpus(settings: Settings, corpus, read: bool = True):
+    """The corpus of the ppl readout, read (unless not `read`: the flags alone) and checked before any model
+    loads (None without ppl)."""
     if "ppl" not in settings.readouts:
         if corpus is not None:
             raise BabelprobeError("--corpus is the text of the ppl readout: add --readouts ppl (or leave --corpus out)")
@@ -186,6 +188,8 @@ def _check_corpus(settings: Settings, corpus):
     if corpus is None:
         raise BabelprobeError("--readouts ppl reads each language's perplexity on a text corpus: give --corpus "
                               "(e.g. udhr, or a folder of <lang>.txt)")
+    if not read:
+        return None
     from babelprobe.corpus import read_corpus
 
     text = read_corpus(corpus)

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.inputs import check_inputs
 from babelprobe.patching.settings import PairsSettings, TranslationSettings
@@ -152,8 +151,7 @@ def patch_translation(concepts="xcomps-sample", out: str | Path | None = None,
     if settings.preset == "paper" and isinstance(concepts, str) and concepts == "xcomps-sample":
         concepts = "dumas-concepts"  # the paper's languages (it, nl, fi, hi, et are not in xcomps-sample)
     out = _check_out(out)
-    if not (isinstance(concepts, str) and concepts in bundled_sets("xcomps")):  # a bundled set's own concepts.csv
-        check_inputs(concepts=(concepts, "file"))
+    check_inputs(concepts=(concepts, "concepts"))
     where = str(concepts) if isinstance(concepts, (str, Path)) else "the concepts"
     words = translation.check_concepts(translation.load_concepts(concepts), settings, where)
     layers = patch_layers(settings.layers, runtime.info.n_layers)  # from the model's config: before it loads
