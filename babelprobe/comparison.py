@@ -178,7 +178,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
                                    batch_tokens=runtime.batch_tokens, progress=runtime.progress)
 
     produce_direct = scored("direct", settings.direct)
-    fused = _fuses(run, settings, out, acts, backend, runtime.overwrite)
+    fused = _fuses(lm, run, settings, out, acts, backend, runtime.overwrite)
     if fused:  # one forward pass: scores and hidden states
         produce_direct = _fused_direct(lm, items, out, acts, settings.direct, settings.pool, runtime.batch_tokens,
                                        source, runtime.overwrite, runtime.progress)
@@ -241,19 +241,25 @@ def diff(base: str | Path, out: str | Path | None = None, settings=None, runtime
 
 # -------------------------------------------------------------------------------------- stage helpers
 
-FUSE = True  # direct scoring fills a new activation store in the same forward passes (extract/fused.py)
+# Whether direct scoring fills a new activation store in its own forward passes (extract/fused.py): "auto" on an
+# accelerator, where the saved pass is GPU time. On a CPU the store is made by extraction's own batches, so a
+# compare's store equals the one `extract` makes of the same items (the fused pass's states differ by float
+# rounding of another batching, ~1e-7 relative, which the probes' fits can amplify: the demo's per-pair neuro
+# scores moved by 1.4e-4 and a transfer AUC by one pair). True or False forces it (perf/workflow.py, tests).
+FUSE: bool | str = "auto"
 
 
-def _fuses(run, settings: CompareSettings, out: Path, acts: Path, backend: str, overwrite: bool) -> bool:
+def _fuses(lm, run, settings: CompareSettings, out: Path, acts: Path, backend: str, overwrite: bool) -> bool:
     """Direct scoring and extraction share one pass when both start from scratch: direct is neither finished
     nor partly scored, the store is new (a store to reuse or resume is extraction's own), the backend is hf,
-    the scoring is of whole texts."""
+    the scoring is of whole texts, and the model is on an accelerator (`FUSE`)."""
     from babelprobe.extract.fused import can_fuse
     from babelprobe.runs import partial_dir
 
     direct = out / "direct.csv"
+    wanted = lm.device.type != "cpu" if FUSE == "auto" else bool(FUSE)
     # conditional scoring reads a continuation only: its passes are not extraction's (kept separate)
-    return (FUSE and backend == "hf" and not settings.conditional
+    return (wanted and backend == "hf" and not settings.conditional
             and not run.finished("direct", settings.stage("direct"), direct)
             and not partial_dir(direct).exists() and can_fuse(acts, overwrite))
 

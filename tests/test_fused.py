@@ -71,6 +71,7 @@ def test_one_pass_gives_the_scores_and_states_of_two(tiny, tmp_path):
 
 def test_compare_fuses_a_new_store_and_leaves_an_existing_one_to_extract(tiny, tmp_path, monkeypatch):
     items = sample_items()
+    monkeypatch.setattr(comparison, "FUSE", True)  # forced: "auto" fuses on accelerators only
     comparison.compare(tiny, items, tmp_path / "fused", folds=2, progress=False)
     monkeypatch.setattr(comparison, "FUSE", False)
     comparison.compare(tiny, items, tmp_path / "separate", folds=2, progress=False)
@@ -100,6 +101,7 @@ def test_an_interrupted_fused_pass_is_finished_by_the_resume(tiny, tmp_path, mon
         return finish(self, ran)
 
     monkeypatch.setattr(DirectScorer, "finish", fail_on_the_third)
+    monkeypatch.setattr(comparison, "FUSE", True)
     with pytest.raises(KeyboardInterrupt):
         comparison.compare(tiny, items, tmp_path / "cmp", folds=2, progress=False)
     assert not open_store(tmp_path / "cmp" / "acts", allow_incomplete=True).manifest["complete"]
@@ -111,3 +113,15 @@ def test_an_interrupted_fused_pass_is_finished_by_the_resume(tiny, tmp_path, mon
     for layer in separate.layers:
         bound = state_rtol(tiny, layer) * float(np.abs(separate.read(layer)).max())
         np.testing.assert_allclose(fused.read(layer), separate.read(layer), rtol=0, atol=bound)
+
+
+def test_on_a_cpu_compare_keeps_two_passes_and_its_store_is_extracts(tiny, tmp_path):
+    """`FUSE = "auto"`: on a CPU compare's store is the one `extract` makes at the same budget, bit for bit."""
+    items = sample_items()
+    assert comparison.FUSE == "auto" and tiny.device.type == "cpu"
+    comparison.compare(tiny, items, tmp_path / "cmp", folds=2, batch_tokens=64, progress=False)
+    extract(tiny, items, tmp_path / "alone", batch_tokens=64, progress=False)
+    made, alone = open_store(tmp_path / "cmp" / "acts"), open_store(tmp_path / "alone")
+    assert "fused" not in made.manifest
+    for layer in alone.layers:
+        np.testing.assert_array_equal(made.read(layer), alone.read(layer))
