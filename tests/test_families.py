@@ -135,7 +135,7 @@ def test_direct_scores_equal_hf_log_probs(family):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_meta_answer_scores_equal_hf_log_probs(family):
-    from babelprobe.benchmarks.core.logprobs import shared_prefix_logprobs
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 
     lm, (model, _) = family_lm(family), build(family)
     prompt = "Which concept has the property? The answer is"
