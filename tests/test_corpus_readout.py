@@ -182,3 +182,36 @@ def test_ppl_readout_refusals(tiny_long, tmp_path):
         bp.intervene(tiny_long, "xcomps-sample", out=tmp_path / "a", methods="neurons", corpus="udhr",
                      neurons=tmp_path)
     assert not (tmp_path / "a").exists()
+
+
+def test_an_interrupted_ppl_readout_resumes_after_the_edits_it_finished(tiny_long, tmp_path, monkeypatch):
+    """Ctrl-C inside the corpus readout keeps every finished edit (corpus.partial.jsonl); the same call
+    resumes, reading only the edits left, and gives the table of an uninterrupted run."""
+    import babelprobe as bp
+    from babelprobe.interventions import corpus_readout
+
+    folder = corpus_folder(tmp_path)
+    neu = tmp_path / "neu"
+    bp.language_neurons(tiny_long, corpus=folder, out=neu, min_tokens=5, figures=False, progress=False,
+                        top_rate=0.05, window=8)
+    options = dict(neurons=neu, corpus=folder, methods="neurons", readouts="ppl", n_random=1, window=6,
+                   progress=False, figures=False)
+    whole = bp.intervene(tiny_long, None, out=tmp_path / "whole", **options).corpus
+    real, calls = corpus_readout.corpus_nll, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:  # the baseline and two edits done
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(corpus_readout, "corpus_nll", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        bp.intervene(tiny_long, None, out=tmp_path / "cut", **options)
+    assert len((tmp_path / "cut" / "corpus.partial.jsonl").read_text().splitlines()) == 3
+    calls.clear()
+    monkeypatch.setattr(corpus_readout, "corpus_nll", lambda *a, **k: calls.append(1) or real(*a, **k))
+    resumed = bp.intervene(tiny_long, None, out=tmp_path / "cut", **options).corpus
+    assert len(calls) == len(whole) // len(LINES) - 2  # the edits left: all but the two finished
+    pd.testing.assert_frame_equal(resumed, whole, check_exact=True)
+    assert not (tmp_path / "cut" / "corpus.partial.jsonl").exists()

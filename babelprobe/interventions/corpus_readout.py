@@ -27,6 +27,8 @@ entropy (`ce_change`, Deng et al.'s), edited language × evaluated language.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import torch
@@ -97,15 +99,30 @@ def corpus_nll(lm: LoadedModel, rows_by_language: dict[str, list[list[int]]], ba
 
 
 def corpus_table(lm: LoadedModel, source, rows_by_language: dict, batch_tokens: int = 4096,
-                 progress: bool = False) -> pd.DataFrame:
-    """corpus.csv (module docstring): the baseline, then every edit of the source, on every language."""
+                 progress: bool = False, memo=None) -> pd.DataFrame:
+    """corpus.csv (module docstring): the baseline, then every edit of the source, on every language.
+    `memo` (a `runs.JsonlMemo`), if given, keeps each edit's readout as it is made, so an interrupted
+    readout resumes after the edits it finished."""
     from tqdm.auto import tqdm
 
-    base = corpus_nll(lm, rows_by_language, batch_tokens).set_index("language")
+    from babelprobe.runs import JsonlMemo
+
+    memo = memo if memo is not None else JsonlMemo(None)
+
+    def readout(key: str) -> pd.DataFrame:
+        if key not in memo:  # Python's json writes floats exactly (repr): a resumed table equals a whole run's
+            memo.add([(key, json.dumps(corpus_nll(lm, rows_by_language, batch_tokens).to_dict(orient="records")))])
+        return pd.DataFrame.from_records(json.loads(memo[key])).set_index("language")
+
+    base = readout("base")
     frames = []
     for labels, edit in tqdm(source.corpus_edits(lm), desc="corpus readout", unit="edit", disable=not progress):
-        with edit:
-            after = corpus_nll(lm, rows_by_language, batch_tokens).set_index("language")
+        key = json.dumps(labels, sort_keys=True, default=str)
+        if key in memo:
+            after = readout(key)
+        else:
+            with edit:
+                after = readout(key)
         frame = pd.DataFrame({"language": after.index, "nll": after["nll"].to_numpy(),
                               "nll_base": base.loc[after.index, "nll"].to_numpy(), "ppl": after["ppl"].to_numpy(),
                               "ppl_base": base.loc[after.index, "ppl"].to_numpy(),

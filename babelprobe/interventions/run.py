@@ -46,13 +46,14 @@ from babelprobe.interventions.readouts import Unit
 from babelprobe.interventions.settings import Settings
 from babelprobe.interventions.source import source_class
 from babelprobe.items import items_hash, load_items
-from babelprobe.runs import LAYOUTS, open_run, read_manifest, score_resumably
+from babelprobe.runs import LAYOUTS, JsonlMemo, open_run, read_manifest, score_resumably
 from babelprobe.runtime import Runtime, runner
 from babelprobe.tables import check_out_dir, read_table, write_table
 
 MANIFEST = LAYOUTS["intervene"].manifest
 OUTPUTS = {"rows": "interventions.csv", "summary": "summary.csv", "sanity": "sanity.csv"}
 CORPUS_OUTPUT = "corpus.csv"  # the ppl readout (corpus_readout.py)
+CORPUS_PARTIAL = "corpus.partial.jsonl"  # its edits' readouts as they are made (resumable)
 
 
 @dataclass
@@ -123,7 +124,7 @@ def intervene(items: pd.DataFrame | str | None, out: str | Path | None = None, s
     record = {"model": lm.name, "probes_path": str(found.origin) if found is not None else None,
               **{f"{name}_path": str(path) for name, path in inputs.items() if path is not None}}
     run = open_run(out, identity, record=record, manifest=MANIFEST, overwrite=runtime.overwrite,
-                   outputs=(*OUTPUTS.values(), CORPUS_OUTPUT, "figures", "probes"),
+                   outputs=(*OUTPUTS.values(), CORPUS_OUTPUT, CORPUS_PARTIAL, "figures", "probes"),
                    what="an intervention run of another model, item set, probes, inputs or settings")
     ready = found.ready(out, settings.seed, runtime.progress) if found is not None else None
     source.ready(ready)
@@ -156,8 +157,14 @@ def intervene(items: pd.DataFrame | str | None, out: str | Path | None = None, s
         from babelprobe.interventions.corpus_readout import corpus_table, readout_rows
 
         def read_corpus_text() -> pd.DataFrame:
-            table = corpus_table(lm, source, readout_rows(lm, text, settings), runtime.batch_tokens, runtime.progress)
+            # each edit's readout kept as it is made: a Ctrl-C loses one edit at most, and the same command resumes
+            # (the run's identity is this one's: another is refused, or its outputs removed by --overwrite)
+            if runtime.overwrite:
+                (out / CORPUS_PARTIAL).unlink(missing_ok=True)
+            table = corpus_table(lm, source, readout_rows(lm, text, settings), runtime.batch_tokens, runtime.progress,
+                                 memo=JsonlMemo(out / CORPUS_PARTIAL))
             write_table(table, out / CORPUS_OUTPUT)
+            (out / CORPUS_PARTIAL).unlink(missing_ok=True)
             return table
 
         result.corpus = run.stage("corpus", {**identity, "stage": "corpus"}, read_corpus_text, out / CORPUS_OUTPUT,
