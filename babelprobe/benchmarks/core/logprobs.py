@@ -227,11 +227,3 @@ def logprobs_of_states(lm: LoadedModel, states: torch.Tensor, token_ids) -> np.n
         ids = torch.as_tensor(token_ids, dtype=torch.long, device=lm.device)
         return _gathered_logprobs(lm, states, ids).cpu().numpy()
 
-
-def __getattr__(name: str):
-    # the shared-prefix scorer moved to core/prefix.py (issue 40); the older import path still works
-    if name == "shared_prefix_logprobs":
-        from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
-
-        return shared_prefix_logprobs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
