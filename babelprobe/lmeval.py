@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.languages import bridge_configs, codes_by_name, language_codes
 from babelprobe.paths import check_path
-from babelprobe.questions import options
+from babelprobe.questions import options, report_skipped
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -282,7 +281,7 @@ def load(source: str, languages: list[str] | None = None, limit: int | None = No
     items = options(NAME, questions, keep=keep)
     items.attrs.update(read=dict(read), skipped=skipped, harness={"tasks": tasks, "groups": resolved.groups})
     if report:
-        report_skipped(items, str(source))
+        report_skipped(items, str(source), "documents")
     return items
 
 
@@ -383,18 +382,6 @@ def task_record(task, language: str) -> dict:
     """What the summary names from the harness: the task's version, language and metric_list."""
     metrics = [str(m["metric"]) for m in (task.config.metric_list or []) if isinstance(m, dict)]
     return {"version": str(getattr(task, "VERSION", "") or ""), "language": language, "metrics": metrics}
-
-
-def report_skipped(items: pd.DataFrame, source: str) -> None:
-    """One line per language with skipped documents on stderr."""
-    by_language: dict[str, list[dict]] = {}
-    for problem in items.attrs.get("skipped", []):
-        by_language.setdefault(problem["language"], []).append(problem)
-    for language, problems in by_language.items():
-        reasons = "; ".join(f"{p['source']}: {p['reason']}" for p in problems[:3])
-        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        print(f"babelprobe: {source} [{language}]: skipped {len(problems)} of {items.attrs['read'][language]} "
-              f"documents that cannot be scored ({reasons}{more})", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------ languages

@@ -20,6 +20,7 @@ target (`text` = prefix + continuation); `context`, `delimiter`, `choice`, `targ
 
 from __future__ import annotations
 
+import sys
 import unicodedata
 from collections import Counter
 from typing import TYPE_CHECKING
@@ -81,3 +82,16 @@ def text_script(texts: list[str]) -> str:
     if not counts:
         return "none"
     return "Japanese" if counts["Kana"] else counts.most_common(1)[0][0]
+
+
+def report_skipped(items: pd.DataFrame, where: str, unit: str = "records") -> None:
+    """One line per language with skipped questions on stderr (a reader's `items.attrs["skipped"]` and
+    `attrs["read"]`): how many of how many `unit`, and the first three reasons."""
+    by_language: dict[str, list[dict]] = {}
+    for problem in items.attrs.get("skipped", []):
+        by_language.setdefault(problem["language"], []).append(problem)
+    for language, problems in by_language.items():
+        reasons = "; ".join(f"{p['source']}: {p['reason']}" for p in problems[:3])
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        print(f"babelprobe: {where} [{language}]: skipped {len(problems)} of {items.attrs['read'][language]} "
+              f"{unit} that cannot be scored ({reasons}{more})", file=sys.stderr)

@@ -4,7 +4,6 @@ summary (the package docstring, `babelprobe.benchmarks.bridges`, says how)."""
 from __future__ import annotations
 
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from babelprobe.benchmarks.bridges.settings import BRIDGES, REDUCTIONS, Release,
 from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import READERS, read_records
-from babelprobe.questions import options, text_script  # noqa: F401  (text_script: read here before)
+from babelprobe.questions import options, report_skipped, text_script  # noqa: F401  (text_script: read here before)
 from babelprobe.stats import paired_bootstrap, wilson
 
 METRICS = ("acc", "acc_norm", "acc_bytes", "correct")
@@ -64,20 +63,8 @@ def load(release: Release, source: str | Path, languages: list[str] | None = Non
     items = options(release.name, questions)
     items.attrs.update(read=dict(read), skipped=skipped)
     if report:
-        report_skipped(items, release.title, source)
+        report_skipped(items, f"{release.title} {source}")
     return items
-
-
-def report_skipped(items: pd.DataFrame, title: str, source: str) -> None:
-    """One line per language with skipped records on stderr: how many of how many, and why."""
-    by_language: dict[str, list[dict]] = {}
-    for problem in items.attrs.get("skipped", []):
-        by_language.setdefault(problem["language"], []).append(problem)
-    for language, problems in by_language.items():
-        reasons = "; ".join(f"{p['source']}: {p['reason']}" for p in problems[:3])
-        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        print(f"babelprobe: {title} {source} [{language}]: skipped {len(problems)} of {items.attrs['read'][language]} "
-              f"records that cannot be scored ({reasons}{more})", file=sys.stderr)
 
 
 def _read(release: Release, source: str, wanted: set[str]) -> list[tuple[str, pd.DataFrame]]:
