@@ -108,7 +108,7 @@ class SimTensor(torch.Tensor):
         packet = func.overloadpacket
         if packet in (aten._to_copy, aten.to) and _to_host(args, kwargs):
             dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), args[0].dtype)
-            return torch.zeros(args[0].shape, dtype=dtype)  # a read back to the host
+            return host_zeros(tuple(args[0].shape), dtype)  # a read back to the host
         if func is aten.copy_.default and not isinstance(args[0], SimTensor) and args[0].device.type != "meta":
             return args[0].zero_()  # a read into a host tensor
         if func is aten._local_scalar_dense.default:
@@ -197,6 +197,24 @@ SHAPE_RULES = {aten.index.Tensor: _index, aten.cat.default: _cat, aten.index_put
 def empty(*shape: int, dtype=torch.float32) -> SimTensor:
     return SimTensor(torch.empty(shape, dtype=dtype, device="meta"))
 
+
+READ_BACK_CACHE = 1 << 20  # bytes: larger read backs share one buffer of zeros per shape
+
+
+def host_zeros(shape: tuple[int, ...], dtype) -> torch.Tensor:
+    """What a read back gives: zeros. A large one (pooled states of a batch) is a buffer kept per shape, as a
+    GPU's reads land in page-locked memory that PyTorch's host allocator keeps and reuses; a new buffer each
+    time would charge the host for faulting in fresh pages, which a real run does not pay."""
+    n = torch.Size(shape).numel()
+    if n * dtype.itemsize < READ_BACK_CACHE:
+        return torch.zeros(shape, dtype=dtype)
+    kept = _KEPT.get(dtype)
+    if kept is None or kept.numel() < n:
+        kept = _KEPT[dtype] = torch.zeros(max(n, 2 * (0 if kept is None else kept.numel())), dtype=dtype)
+    return kept[:n].view(shape)
+
+
+_KEPT: dict[torch.dtype, torch.Tensor] = {}  # the zeros large read backs share, one buffer per dtype
 
 # ------------------------------------------------------------------------------------------- the device
 
@@ -311,10 +329,31 @@ class SimCausalLM(nn.Module):
         return CausalLMOutputWithPast(logits=self.lm_head(kept))
 
 
+def device_pooler():
+    """Extraction's `Pooler` with its buffers on the simulated device, where a GPU run has them (the batch's
+    mask lives there): pooling each layer is device work and the pooled rows come back in one read per
+    batch. The stand-in's inputs stay on the host, so without this every layer's pooled rows would be read
+    back and copied on the host, work a GPU run does not do. Installed by `simulated_model`."""
+    import babelprobe.extract.fused as fused
+    import babelprobe.extract.run as run
+    from babelprobe.extract.capture import Pooler
+
+    class DevicePooler(Pooler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.rows, self.last_index, self.weights = (SimTensor(_to_meta(t)) for t in
+                                                        (self.rows, self.last_index, self.weights))
+            self._on = {torch.device("meta"): (self.rows, self.last_index, self.weights)}
+            self.out = {pool: empty(*values.shape, dtype=values.dtype) for pool, values in self.out.items()}
+
+    fused.Pooler = run.Pooler = DevicePooler
+
+
 def simulated_model(shape: str, config, tokenizer, dtype=torch.bfloat16):
     """A `LoadedModel` of `config`'s shape on the simulated device (module docstring), and its `Device`."""
     from babelprobe.models import LoadedModel, Parts
 
+    device_pooler()
     device = Device(device_rates(shape, config, dtype))
     model = SimCausalLM(config, device, dtype).eval()
     body = model.model

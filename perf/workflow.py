@@ -53,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -354,7 +355,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
     out = Path(tempfile.mkdtemp(dir=tmp, prefix="compare-"))
     RunDir.stage, comparison._ensure_store, probe = timed_stage, timed_store, probes.probe
     if args.probe_layers != "all":  # compare probes every layer; a simulated run may take fewer (zeros, on a CPU)
-        probes.probe = lambda *a, **k: probe(*a, **k, layers=args.probe_layers)
+        probes.probe = lambda store, settings, **k: probe(store, replace(settings, layers=args.probe_layers), **k)
     try:
         comparison.compare(lm, items, out, folds=folds(args), batch_tokens=args.batch_tokens,
                            progress=not args.no_progress)

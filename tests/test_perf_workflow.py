@@ -54,12 +54,13 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path):
     """The acceptance measure of issue 40 item 4 at a tiny size: host and simulated device ms per pair and
     wall / max(host, device) for every model phase, extraction fused into direct scoring."""
     report, phases, table = run_workflow(tmp_path, "--shape", "tiny", "--pairs", "2", "--languages", "de,zh",
-                                         "--device", "simulated", "--sweep-tokens", "200")
+                                         "--device", "simulated", "--sweep-tokens", "200", "--probe-layers", "0")
     assert "simulated" in report["run"]["hardware"] and "wall/max(host, device)" in table
     for name in ("direct", "meta"):
         row = phases[name]
         assert row["host_ms_per_pair"] > 0 and row["device_ms_per_pair"] > 0 and row["overlap"] > 0, name
     assert phases["extract"]["floor"] == "fused into direct"
+    assert phases["probe"]["seconds"] > 0  # README's command probes layer 0 only (--probe-layers)
 
 
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):

@@ -3,15 +3,19 @@ thread of their own, so the device runs the next batches meanwhile instead of wa
 
 The extraction loop (`run.py`) sends it, in order: `start(k)` for a shard, `rows(rows, pooled)` for each
 batch (`pooled` is a `capture.PooledRows` whose copy to host memory may still be under way), and `end(k)`.
-The writer thread fills the shard's arrays as the copies complete and, at `end`, writes the shard through
-`StoreWriter.write_shard` — the same atomic write as before (temporary name, fsync, rename), so what a
-kill leaves on disk is unchanged — then updates the manifest.
+The writer thread fills the shard's arrays as the copies complete and, at `end`, hands the shard to one of
+`WRITERS` shard-writing threads, which write it through `StoreWriter.write_shard` — the same atomic write as
+before (temporary name, fsync, rename), so what a kill leaves on disk is unchanged — then update the manifest.
+Several shards are written at once because writing is host work larger than the device's at large widths
+(an 8B model's every layer is 540 KB per item and pooling in float32): its sha256, range checks and fsync
+release the GIL and run side by side (HDF5's own calls take turns), while the next shard is assembled. A
+written shard's arrays are reused for the next one (`SPARE_SHARDS`).
 
 The queue between the two is bounded (`MAX_PENDING` messages), so pooled rows never pile up in memory
 when the disk is slower than the device: the loop then waits, and that wait is measured
 (`waited`). An error in the writer thread (a full disk, a NaN) is re-raised in the extraction loop at
 its next message or at `close`, as the same exception; after an error or an interruption the writer
-drops what is queued and writes nothing more.
+drops what is queued and writes nothing more (shards already being written are finished: each is whole).
 
 `threaded=False` does the same work on the calling thread, message by message (used for nnsight's local
 simulation of a remote run, which briefly removes modules from `sys.modules` while it deserialises a
@@ -20,13 +24,21 @@ trace: a writer thread importing h5py submodules at that moment would fail).
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
 MAX_PENDING = 8  # batches of pooled rows in flight between the device and the disk
+# shards written at once: 2, up to 4 on a host with 16 cores or more (a GPU machine's), whose sha256 alone is
+# ~1 ms of CPU per item at an 8B model's width, both poolings (memory: this many shards being written, plus those
+# assembled)
+WRITERS = max(2, min(4, (os.cpu_count() or 1) // 4))
+SPARE_SHARDS = WRITERS  # written shards' arrays kept for the next ones: filling freshly allocated memory costs a
+# page fault per 4 KiB (~10x a copy into memory already touched: 0.6 against 7 GB/s on the 2-core machine)
 POLL_S = 0.05
 
 
@@ -38,7 +50,7 @@ class BackgroundWriter:
     written when `update_manifest` (a single process; under a launcher rank 0 writes the manifest)."""
 
     def __init__(self, writer, keys, shape: tuple[int, int], records: list[dict], update_manifest: bool,
-                 max_pending: int = MAX_PENDING, threaded: bool = True):
+                 max_pending: int = MAX_PENDING, threaded: bool = True, writers: int = WRITERS):
         self.writer, self.keys, self.shape = writer, keys, shape
         self.records, self.update_manifest = records, update_manifest
         self.queue: queue.Queue = queue.Queue(maxsize=max_pending)
@@ -46,10 +58,16 @@ class BackgroundWriter:
         self.stopping = False
         self.shards_written = 0
         self.waited = 0.0  # seconds the extraction loop spent waiting for room in the queue
-        self.write_seconds = 0.0  # seconds the writer thread spent writing shards
+        self.write_seconds = 0.0  # seconds spent writing shards (summed over the shard writers)
         self.threaded = threaded
         self.arrays, self.span = None, None  # the shard being assembled (writer side)
         self.open: dict[int, tuple[dict, int]] = {}  # scattered rows: shard -> (arrays, rows still missing)
+        self.spare: list[dict] = []  # arrays of written shards, reused (SPARE_SHARDS)
+        self.lock = threading.Lock()  # the records, counters and spare arrays, shared by the shard writers
+        self.writing: list[Future] = []  # shards handed to the writers, oldest first
+        self.n_writers = writers if threaded else 1
+        self.writers = ThreadPoolExecutor(writers, thread_name_prefix="babelprobe-shard-write") \
+            if self.n_writers > 1 else None
         self.thread = threading.Thread(target=self._loop, name="babelprobe-shard-writer", daemon=True)
         if threaded:
             self.thread.start()
@@ -114,11 +132,26 @@ class BackgroundWriter:
 
     # -- the writer thread's side
     def _loop(self) -> None:
-        while True:
-            message = self.queue.get()
-            if message is None:
-                return
-            self._handle(message)
+        try:
+            while True:
+                message = self.queue.get()
+                if message is None:
+                    return
+                self._handle(message)
+        finally:
+            self._wait_writing(0)
+            if self.writers is not None:
+                self.writers.shutdown()
+
+    def _wait_writing(self, at_most: int) -> None:
+        """Wait until at most `at_most` shards are being written; a writer's error becomes the error."""
+        while len(self.writing) > at_most:
+            try:
+                self.writing.pop(0).result()
+            except BaseException as err:
+                if self.error is None:
+                    self.error = err
+                self.stopping = True
 
     def _handle(self, message) -> None:
         if self.stopping:
@@ -127,8 +160,7 @@ class BackgroundWriter:
             kind = message[0]
             if kind == "start":
                 self.span = self.writer.shard_rows(message[1])
-                self.arrays = {p: np.empty((self.span[1] - self.span[0], *self.shape), dtype=np.float32)
-                               for p in self.writer.pools}
+                self.arrays = self._arrays(self.span)
             elif kind == "rows":
                 _, rows, pooled = message
                 for pool, values in pooled.wait().items():
@@ -136,8 +168,8 @@ class BackgroundWriter:
             elif kind == "scattered":
                 self._scatter(*message[1:])
             else:
-                self._write(message[1], self.span, self.arrays)
-                self.arrays = None
+                arrays, self.arrays = self.arrays, None
+                self._write(message[1], self.span, arrays)
         except BaseException as err:  # re-raised in the extraction loop
             self.error, self.stopping = err, True
 
@@ -148,23 +180,47 @@ class BackgroundWriter:
         for index in np.unique(shards).tolist():
             span = self.writer.shard_rows(index)
             if index not in self.open:
-                self.open[index] = ({p: np.empty((span[1] - span[0], *self.shape), dtype=np.float32)
-                                     for p in self.writer.pools}, span[1] - span[0])
+                self.open[index] = (self._arrays(span), span[1] - span[0])
             arrays, missing = self.open[index]
             at = shards == index
+            into, taken = (np.asarray(rows)[at] - span[0]).tolist(), source[at].tolist()
             for pool, block in values.items():
-                arrays[pool][np.asarray(rows)[at] - span[0]] = block[source[at]]
+                target = arrays[pool]
+                for i, j in zip(into, taken):  # row by row: no batch-sized temporary (fresh pages) per batch
+                    target[i] = block[j]
             missing -= int(at.sum())
             self.open[index] = (arrays, missing)
             if missing == 0:
                 del self.open[index]
                 self._write(index, span, arrays)
 
+    def _arrays(self, span: tuple[int, int]) -> dict[str, np.ndarray]:
+        """The float32 arrays a shard is assembled in: a written shard's when their shape fits, else new."""
+        shape = (span[1] - span[0], *self.shape)
+        with self.lock:
+            for k, arrays in enumerate(self.spare):
+                if next(iter(arrays.values())).shape == shape:
+                    return self.spare.pop(k)
+        return {p: np.empty(shape, dtype=np.float32) for p in self.writer.pools}
+
     def _write(self, index: int, span: tuple[int, int], arrays: dict) -> None:
+        """Write shard `index`: on a shard-writing thread when there are several (at most `WRITERS` at once)."""
+        if self.writers is None:
+            self._write_shard(index, span, arrays)
+            return
+        self._wait_writing(self.n_writers - 1)
+        if not self.stopping:
+            self.writing.append(self.writers.submit(self._write_shard, index, span, arrays))
+
+    def _write_shard(self, index: int, span: tuple[int, int], arrays: dict) -> None:
+        if self.stopping:
+            return  # an error or an abort came while this shard waited for a writer
         start = time.perf_counter()
         record = self.writer.write_shard(index, self.keys.iloc[span[0]:span[1]], arrays)
-        self.shards_written += 1
-        if self.update_manifest:  # the manifest shows progress
-            self.records.append(record)
-            self.writer.update_manifest(self.records, complete=False)
-        self.write_seconds += time.perf_counter() - start
+        with self.lock:
+            self.spare = [arrays, *self.spare][:SPARE_SHARDS]  # written: its memory serves the next shard
+            self.shards_written += 1
+            if self.update_manifest:  # the manifest shows progress
+                self.records.append(record)
+                self.writer.update_manifest(self.records, complete=False)
+            self.write_seconds += time.perf_counter() - start

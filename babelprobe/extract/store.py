@@ -332,7 +332,9 @@ class StoreWriter:
     def _write_hdf5(self, tmp: Path, index: int, keys: pd.DataFrame, stored: dict, record: dict) -> None:
         import h5py
 
-        with h5py.File(tmp, "w") as f:
+        # no chunk cache: every chunk is written whole once, and going through HDF5's cache only adds a copy
+        # (~1.5x the CPU time of the write at an 8B model's width)
+        with h5py.File(tmp, "w", rdcc_nbytes=0) as f:
             f.attrs.update({"format": FORMAT, "format_version": FORMAT_VERSION, "shard": index,
                             "rows": record["rows"], "settings_hash": self.settings_hash,
                             "layers": np.asarray(self.layers, dtype=np.int32),
@@ -344,8 +346,7 @@ class StoreWriter:
             for pool, data in stored.items():
                 ds = f.create_dataset(pool, shape=data.shape, dtype=data.dtype, chunks=self._chunks(data),
                                       **self._filters())
-                for j in range(data.shape[1]):  # a layer at a time: HDF5 then copies whole chunks (half the time)
-                    ds[:, j, :] = np.ascontiguousarray(data[:, j, :])
+                ds[...] = data
                 ds.attrs.update({"dtype": record["dtype"][pool], "sha256": record["sha256"][pool],
                                  "layers": np.asarray(self.layers, dtype=np.int32)})
             f.flush()
