@@ -309,6 +309,19 @@ def _run_segments(lm: LoadedModel, batch: dict, kept: _NodeKV):
     return hidden
 
 
+def _filled(cache, past):
+    """`cache` with each layer's past (keys, values [B, H, P, D]) set as it is: `DynamicCache.update` on an
+    empty layer would make an empty tensor and copy the past into a new one (4 device operations a layer, and a
+    copy of every past row) before the model's own update appends the batch's new tokens."""
+    from transformers.cache_utils import DynamicLayer
+
+    for keys, values in past:
+        layer = DynamicLayer()
+        layer.device, layer.keys, layer.values, layer.is_initialized = keys.device, keys, values, True
+        cache.layers.append(layer)
+    return cache
+
+
 class _NodeKV:
     """Every node's keys and values of one chunk (row 0, the root, is the padding row), kept between the
     tree's levels: one tensor [nodes, 2, layers, kv_heads, head_dim] when every layer's cache is alike and on
@@ -331,13 +344,9 @@ class _NodeKV:
         index = past_rows.to(device, non_blocking=True)
         if self.stacked is not None:
             past = self.stacked[index.to(self.stacked.device)].permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P, D]
-            for layer, (k, v) in enumerate(zip(past[0].unbind(0), past[1].unbind(0))):
-                cache.update(k, v, layer)
-            return cache
-        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            at = index.to(k.device)
-            cache.update(k[at].transpose(1, 2), v[at].transpose(1, 2), layer)
-        return cache
+            return _filled(cache, zip(past[0].unbind(0), past[1].unbind(0)))
+        return _filled(cache, ((k[index.to(k.device)].transpose(1, 2), v[index.to(v.device)].transpose(1, 2))
+                               for k, v in zip(self.keys, self.values)))
 
     def store(self, cache, width_past: int, rows: torch.Tensor, cols: torch.Tensor, nodes: torch.Tensor) -> None:
         """Keep the new tokens' keys and values (batch row, column) as the rows of their nodes."""
