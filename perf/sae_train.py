@@ -136,10 +136,6 @@ def main() -> None:
     parser.add_argument("--saelens-lr", choices=("matched", "own"), default=None,
                         help="SAELens' learning-rate schedule: babelprobe's (matched) or its own decay to zero "
                         "(own); default: own for topk, matched for jumprelu and standard")
-    parser.add_argument("--shift-warm-up", action="store_true",
-                        help="step SAELens' coefficient scheduler once before training, so that its λ at step s is "
-                        "λ·(s+1)/W as babelprobe's (sae/train.py `fit`) rather than SAELens' own λ·s/W: isolates "
-                        "that one-step difference")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--layer", type=int, default=6)
@@ -165,8 +161,7 @@ def main() -> None:
             for code, rows in packed(lm, corpus, "heldout", 128, keep_last=True).items()}
     print(f"states: {len(train):,} training tokens, {sum(map(len, held.values())):,} held-out tokens, layer {args.layer}")
     print(f"{args.architecture}, width {args.width}, " + (f"k {args.k}, " if args.architecture == "topk" else "")
-          + f"{args.tokens:,} tokens, batch {args.batch_size}, lr {args.lr}, SAELens lr schedule: {schedule}"
-          + (", SAELens' λ warm-up shifted to babelprobe's" if args.shift_warm_up else ""),
+          + f"{args.tokens:,} tokens, batch {args.batch_size}, lr {args.lr}, SAELens lr schedule: {schedule}",
           flush=True)
 
     steps = args.tokens // args.batch_size
@@ -192,9 +187,6 @@ def main() -> None:
         if schedule == "matched":
             sae_trainer.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(sae_trainer.optimizer,
                                                                          babelprobe_schedule(steps))
-        if args.shift_warm_up:
-            for scheduler in sae_trainer.coefficient_schedulers.values():
-                scheduler.step()
         sae_trainer.fit()
         theirs_seconds = time.perf_counter() - start
         state_dict = theirs.state_dict()

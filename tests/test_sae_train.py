@@ -161,3 +161,21 @@ def test_bad_corpus_and_out_are_refused_before_the_model_loads(tmp_path):
     with pytest.raises(BabelprobeError, match="not an SAE"):
         bp.train_sae("no-such-model", "udhr", tmp_path / "taken", overwrite=True, **small())
     assert (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
+def test_the_sparsity_coefficient_warms_up_as_saelens_schedules_it(monkeypatch):
+    """λ at step s is λ·s/W over the first W = 5% of steps, then λ: SAELens' CoefficientScheduler
+    (training/optim.py) starts at 0 and is stepped after each training step (sae_trainer.py)."""
+    settings = TrainSettings(layers="1", architecture="standard", width=16, l1=3.0, tokens=64 * 60, batch_size=64)
+    data = torch.randn(64 * 60, 8, generator=torch.Generator().manual_seed(0))
+    seen, forward = [], TrainingSAE.forward
+
+    def recording(self, x, dead, coefficient):
+        seen.append(coefficient)
+        return forward(self, x, dead, coefficient)
+
+    monkeypatch.setattr(TrainingSAE, "forward", recording)
+    fit(None, [], 1, settings, batches=itertools.cycle(data.split(64)))  # a tenth more estimate the scale first
+    warm = 3  # int(60 steps × 0.05)
+    expected = [3.0 * s / warm if s < warm else 3.0 for s in range(60)]
+    assert seen == pytest.approx(expected, rel=1e-12) and seen[0] == 0.0

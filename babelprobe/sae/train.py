@@ -281,7 +281,8 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
     bar = tqdm(total=steps, initial=state.step, desc="sae train", unit="step", disable=not progress)
     while state.step < steps:
         x = next(data).to(torch.float32) * state.scale
-        coefficient = settings.l1 * min(1.0, (state.step + 1) / warm)
+        # SAELens' CoefficientScheduler (training/optim.py): 0 at the first step, λ·s/W at step s, then λ
+        coefficient = settings.l1 * min(1.0, state.step / warm)
         losses, f = trainer(x, state.since_fired > settings.dead_feature_window, coefficient)
         loss = sum(losses.values())
         optimiser.zero_grad()
