@@ -9,7 +9,7 @@
 
 Modules: `capture` (pooling inside the forward pass), `backends` (hf, transformer_lens, nnsight),
 `store` (the HDF5 format, reader, writer, verify), `run` (batching, resume, progress, busy fraction),
-`background` (the shard writer thread), `layers` (the one `--layers` grammar), `distributed` (several
+`background` (the shard writer threads), `layers` (the one `--layers` grammar), `distributed` (several
 processes, one store; replicas of a model dispatched over several GPUs).
 """
 

@@ -13,7 +13,7 @@ written shard's arrays are reused for the next one (`SPARE_SHARDS`).
 
 The queue between the two is bounded (`MAX_PENDING` messages), so pooled rows never pile up in memory
 when the disk is slower than the device: the loop then waits, and that wait is measured
-(`waited`). An error in the writer thread (a full disk, a NaN) is re-raised in the extraction loop at
+(`waited`). An error in a writer thread (a full disk, a NaN) is re-raised in the extraction loop at
 its next message or at `close`, as the same exception; after an error or an interruption the writer
 drops what is queued and writes nothing more (shards already being written are finished: each is whole).
 
