@@ -333,7 +333,9 @@ def device_pooler():
     """Extraction's `Pooler` with its buffers on the simulated device, where a GPU run has them (the batch's
     mask lives there): pooling each layer is device work and the pooled rows come back in one read per
     batch. The stand-in's inputs stay on the host, so without this every layer's pooled rows would be read
-    back and copied on the host, work a GPU run does not do. Installed by `simulated_model`."""
+    back and copied on the host, work a GPU run does not do. A patch of the process's extraction modules:
+    installed by perf/workflow.py in its own process when it runs the simulated device, never by
+    `simulated_model` (a test building the stand-in must leave real extraction as it is)."""
     import babelprobe.extract.fused as fused
     import babelprobe.extract.run as run
     from babelprobe.extract.capture import Pooler
@@ -353,7 +355,6 @@ def simulated_model(shape: str, config, tokenizer, dtype=torch.bfloat16):
     """A `LoadedModel` of `config`'s shape on the simulated device (module docstring), and its `Device`."""
     from babelprobe.models import LoadedModel, Parts
 
-    device_pooler()
     device = Device(device_rates(shape, config, dtype))
     model = SimCausalLM(config, device, dtype).eval()
     body = model.model

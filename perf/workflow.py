@@ -137,8 +137,9 @@ def build_model(shape: str, device: str, dtype: str | None, texts: list[str], to
         config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2,
                              eos_token_id=1, pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
     if device == "simulated":
-        from simulated import simulated_model
+        from simulated import device_pooler, simulated_model
 
+        device_pooler()  # this process only: extraction's pooling on the simulated device, as on a GPU
         lm, clock = simulated_model(shape, config, tokenizer, parse_dtype(dtype) or torch.bfloat16)
         lm.simulated = clock
         return lm

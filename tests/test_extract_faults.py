@@ -73,13 +73,15 @@ def test_full_disk_keeps_complete_shards_and_leaves_nothing_partial(tmp_path, mo
     assert main(args) == 2
     err = error_lines(capsys)
     assert len(err) == 1 and "No space left on device" in err[0] and "shard-00002.h5" in err[0]
-    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".babelprobe")) == [
-        "manifest.json", "shard-00000.h5", "shard-00001.h5"]
-    assert [r["name"] for r in shard_records(out)] == ["shard-00000.h5", "shard-00001.h5"]
+    shards = sorted(p.name for p in out.iterdir() if p.name.startswith("shard-"))
+    # shards 0 and 1 came before; shard 3, when it was being written beside shard 2 (background.WRITERS), is whole
+    assert shards in (["shard-00000.h5", "shard-00001.h5"], ["shard-00000.h5", "shard-00001.h5", "shard-00003.h5"])
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".babelprobe")) == ["manifest.json", *shards]
+    assert [r["name"] for r in shard_records(out)] == shards
     assert_no_partial_under_final_names(out)
     monkeypatch.setattr(StoreWriter, "_write_hdf5", real)
     assert main(args) == 0
-    assert "2 written, 2 already complete" in capsys.readouterr().out
+    assert f"{4 - len(shards)} written, {len(shards)} already complete" in capsys.readouterr().out
     assert verify_store(out) == []
 
 

@@ -158,10 +158,13 @@ def test_the_simulated_model_has_a_real_models_shapes(tiny):
     sys.path.insert(0, str(ROOT / "perf"))
     import simulated
 
+    import babelprobe.extract.fused as fused
     from babelprobe.benchmarks.core.logprobs import token_logprobs
     from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
+    from babelprobe.extract.capture import Pooler
 
     lm, device = simulated.simulated_model("tiny", tiny.model.config, tiny.tokenizer, torch.float32)
+    assert fused.Pooler is Pooler  # building the stand-in leaves real extraction as it is (workflow patches it)
     texts = ["A dog can bark.", "Ein Hund kann bellen.", "A dog can"]
     real, fake = token_logprobs(tiny, texts, progress=False), token_logprobs(lm, texts, progress=False)
     assert [r.ids for r in real] == [f.ids for f in fake] and all((f.logprobs == 0).all() for f in fake)

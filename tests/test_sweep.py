@@ -82,7 +82,8 @@ def test_local_sweep_runs_two_models_by_two_slices_and_resumes_after_an_interrup
     assert done_before == {j.id for j in jobs[:3]}  # the first store and its probe batches
     assert not open_store(second, allow_incomplete=True).manifest["complete"]
     kept = {p.name: p.stat().st_ino for p in second.glob("shard-*.h5")}
-    assert sorted(kept) == ["shard-00000.h5", "shard-00001.h5"]
+    # shards 0 and 1 came before; one written beside the interrupted shard 2 (background.WRITERS) is whole
+    assert {"shard-00000.h5", "shard-00001.h5"} <= set(kept) and "shard-00002.h5" not in kept
 
     assert main(args) == 0
     printed = capsys.readouterr().out
