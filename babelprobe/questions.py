@@ -84,14 +84,15 @@ def text_script(texts: list[str]) -> str:
     return "Japanese" if counts["Kana"] else counts.most_common(1)[0][0]
 
 
-def report_skipped(items: pd.DataFrame, where: str, unit: str = "records") -> None:
-    """One line per language with skipped questions on stderr (a reader's `items.attrs["skipped"]` and
-    `attrs["read"]`): how many of how many `unit`, and the first three reasons."""
-    by_language: dict[str, list[dict]] = {}
+def report_skipped(items: pd.DataFrame, where: str, unit: str = "records", by: str = "language") -> None:
+    """One line per language (or other field `by` of the problems) with skipped questions on stderr (a
+    reader's `items.attrs["skipped"]` and `attrs["read"]`): how many of how many `unit`, and the first three
+    reasons."""
+    grouped: dict[str, list[dict]] = {}
     for problem in items.attrs.get("skipped", []):
-        by_language.setdefault(problem["language"], []).append(problem)
-    for language, problems in by_language.items():
+        grouped.setdefault(problem[by], []).append(problem)
+    for group, problems in grouped.items():
         reasons = "; ".join(f"{p['source']}: {p['reason']}" for p in problems[:3])
         more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        print(f"babelprobe: {where} [{language}]: skipped {len(problems)} of {items.attrs['read'][language]} "
+        print(f"babelprobe: {where} [{group}]: skipped {len(problems)} of {items.attrs['read'][group]} "
               f"{unit} that cannot be scored ({reasons}{more})", file=sys.stderr)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from pathlib import Path
 
 import pandas as pd
 
+from babelprobe import questions
 from babelprobe.bundled import bundled_sets
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import READERS, read_records
@@ -77,14 +77,7 @@ def load_stingray(source: str | Path = "stingray-sample", pairs: list[str] | Non
 
 def report_skipped(records: pd.DataFrame, source: str = "") -> None:
     """One line per config with skipped records on stderr: how many of how many, and why."""
-    by_config: dict[str, list[dict]] = {}
-    for problem in records.attrs.get("skipped", []):
-        by_config.setdefault(problem["config"], []).append(problem)
-    for config, problems in by_config.items():
-        reasons = "; ".join(f"{p['source']}: {p['reason']}" for p in problems[:3])
-        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        print(f"babelprobe: StingrayBench {source} [{config}]: skipped {len(problems)} of "
-              f"{records.attrs['read'][config]} records that cannot be scored ({reasons}{more})", file=sys.stderr)
+    questions.report_skipped(records, f"StingrayBench {source}", by="config")
 
 
 def _pair_of(config: str) -> str:
