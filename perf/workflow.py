@@ -66,6 +66,7 @@ import floors  # noqa: E402  (perf/floors.py)
 from timing import rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe import comparison  # noqa: E402
+from babelprobe.benchmarks.core.logprobs import logprobs_of_states  # noqa: E402
 from babelprobe.benchmarks.meta import meta_requests, prompt_texts  # noqa: E402
 from babelprobe.items import load_items  # noqa: E402
 from babelprobe.models import length_batches, load_model, pad_batch, wrap_model  # noqa: E402
@@ -320,12 +321,14 @@ def simulate_gpu_batching() -> None:
 
 
 def warm_up(lm) -> None:
-    """One short forward and projection before anything is timed (first-call set-up of the kernels)."""
+    """One short forward and the scored tokens' log-probs before anything is timed (first-call set-up of
+    the kernels; on the simulated device, the first log-normaliser imports torch._dynamo, a second of host
+    time that would otherwise be charged to the first phase)."""
     encodings = lm.encode(["warm up " * 8], truncate=True)
     with torch.inference_mode():
         batch = pad_batch(encodings, lm.pad_token_id, "right", lm.device)
         hidden = lm.parts.body(**batch, use_cache=False).last_hidden_state
-        lm.parts.logits(hidden[0, :2]).float()
+        logprobs_of_states(lm, hidden[0, :2], batch["input_ids"][0, 1:3])
 
 
 def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:

@@ -90,3 +90,68 @@ def test_packed_gives_each_language_its_rows(tiny):
     rows = packed(tiny, corpus, "heldout", 16)
     assert set(rows) == {"en", "zh"}
     assert all(len(r) == 17 and r[0] == tiny.bos_token_id for code in rows for r in rows[code])
+
+
+class _Stream:
+    """What `datasets.load_dataset(..., streaming=True)` gives, without the hub: rows made on demand (an endless
+    stream, as Wikipedia is for these budgets), counting how many were read."""
+
+    def __init__(self, make_row):
+        self.make_row, self.read = make_row, 0
+
+    def __iter__(self):
+        while True:
+            self.read += 1
+            yield self.make_row(self.read)
+
+
+def test_a_hub_config_per_language_is_streamed_until_each_has_its_budget(monkeypatch):
+    """`hf:NAME:CONFIG` with `{lang}` (online in real use; here `datasets.load_dataset` gives endless
+    rows): one stream per language, its config named for it, read only until the token budget (8 characters
+    a token) is met; the last tenth of each language's lines held out."""
+    import datasets
+
+    opened = {}
+
+    def load_dataset(name, config, split, streaming):
+        assert streaming and split == "train"
+        code = config.rsplit(".", 1)[1]
+        opened[(name, config)] = stream = _Stream(lambda k: {"id": k, "text": f"{code} article {k:03d}\n\nsecond line"})
+        return stream
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    corpus = read_corpus("hf:wikimedia/wikipedia:20231101.{lang}", languages=["de", "fr"], tokens=20)
+    assert set(opened) == {("wikimedia/wikipedia", "20231101.de"), ("wikimedia/wikipedia", "20231101.fr")}
+    row_chars = len("de article 001") + len("second line")
+    assert all(s.read == -(-20 * 8 // row_chars) for s in opened.values())  # stopped once 160 characters were in
+    assert corpus.languages == ["de", "fr"] and corpus.split == "last share"
+    lines = corpus.train["de"] + corpus.heldout["de"]
+    assert lines[:3] == ["de article 001", "second line", "de article 002"]
+    assert len(corpus.heldout["de"]) == round(len(lines) * HELDOUT_SHARE) and corpus.heldout["de"] == lines[-len(corpus.heldout["de"]):]
+
+
+def test_a_hub_table_with_a_language_column_keeps_the_languages_asked_for(monkeypatch):
+    import datasets
+
+    codes = ["en", "sw", "de"]
+    stream = _Stream(lambda k: {"text": f"line {k}", "language": codes[k % 3]})
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, config, split, streaming: stream)
+    corpus = read_corpus("hf:org/mixed", languages=["en", "de"], tokens=3)
+    assert corpus.languages == ["de", "en"] and stream.read < 30  # sw rows skipped; stopped at the budget
+    assert all(line.startswith("line ") for code in ("en", "de") for line in corpus.train[code] + corpus.heldout[code])
+    assert sum(map(len, corpus.train["en"] + corpus.heldout["en"])) >= 24
+
+
+def test_a_hub_source_that_cannot_be_streamed_is_a_one_line_error(monkeypatch):
+    import datasets
+
+    def offline(name, config, split, streaming):
+        raise ConnectionError("Couldn't reach 'wikimedia/wikipedia' on the Hub (LocalEntryNotFoundError)\nmore")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(BabelprobeError, match=r"^--corpus hf:wikimedia/wikipedia:20231101.\{lang\}: cannot stream it "
+                                               r"\(Couldn't reach") as err:
+        read_corpus("hf:wikimedia/wikipedia:20231101.{lang}", languages=["de"])
+    assert "\n" not in str(err.value)
+    with pytest.raises(BabelprobeError, match="names a language.*give --languages"):
+        read_corpus("hf:wikimedia/wikipedia:20231101.{lang}")

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 import babelprobe as bp
 from babelprobe.cli import main
+from babelprobe.errors import BabelprobeError
 from babelprobe.sae.stats import SAEStats, sae_stats
 from babelprobe.sae.weights import SAE, load_sae, save_sae
 from tests.tiny import tiny_lm
@@ -224,6 +225,35 @@ def test_monolinguality_equals_hand_means():
     assert set(table["feature"]) == {0, 1} and len(table) == 6
 
 
+def test_feature_sets_take_ranks_after_the_skipped_ones_as_the_release_slices_them():
+    """Deng et al.'s `top_index_per_lan[:, start_idx:start_idx + topk_feature_num]` over features in ν order:
+    --ablate 1 --ablate-from 1 removes each language's second most specific feature; its controls come from
+    the features that fire on the language, none of the skipped or removed ones."""
+    from babelprobe.sae.edits import feature_sets
+    from babelprobe.sae.settings import Settings
+    from babelprobe.settings import settings_for
+
+    mu = np.array([[3.0, 0.0, 2.0, 1.0, 0.5, 0.2], [0.0, 3.0, 0.1, 0.2, 2.0, 1.0]])  # μ per language (en, zh)
+    n = np.array([10, 10])
+    stats = SAEStats(layer=1, languages=["en", "zh"], n_tokens=n, sum_f=mu * n[:, None], count=(mu > 0) * 5.0,
+                     sq_error=np.zeros(2), sum_x=np.zeros((2, 2)), sum_sq=np.ones(2))
+    by_nu = np.argsort(-(mu - mu[::-1]), axis=1, kind="stable")  # ν with two languages: μ_L − μ_other
+    for start, k in [(0, 1), (0, 2), (1, 1)]:  # the release README's three Section 5 runs
+        sets = feature_sets(stats, k, n_random=2, seed=0, skip=start)
+        for g, language in enumerate(["en", "zh"]):
+            assert sets[language]["features"].tolist() == by_nu[g, start:start + k].tolist()
+            for draw in ("random-0", "random-1"):
+                control = sets[language][draw]
+                assert len(control) == k and not set(control) & set(by_nu[g, :start + k])
+                assert (mu[g, control] > 0).all()
+    paper = settings_for(Settings, "paper")
+    assert (paper.ablate_mode, paper.ablate, paper.ablate_from) == ("projection", 1, 0)
+    with pytest.raises(BabelprobeError, match="--protocol paper runs --ablate 1; drop --ablate 2"):
+        settings_for(Settings, "paper", ablate=2)
+    with pytest.raises(BabelprobeError, match="--ablate-from"):
+        Settings(ablate_from=-1)
+
+
 def test_fit_warning_when_the_tokens_fit_worse_than_their_mean():
     from babelprobe.analysis.sae import fit_warning
 
@@ -321,7 +351,8 @@ def test_cli_train_run_and_report(tiny_store, tmp_path, capsys, tiny_dir):
     assert "trained a 32-feature topk SAE on layer 2" in printed and "held-out" in printed
     out = tmp_path / "run"
     argv = ["sae", "--model", str(tiny_dir), "--items", str(items), "--sae", str(tmp_path / "sae"), "--acts", str(acts),
-            "--out", str(out), "--ks", "1,4", "--folds", "3", "--ablate", "2", "--random", "1", "--n-boot", "50", "--no-progress"]
+            "--out", str(out), "--ks", "1,4", "--folds", "3", "--ablate", "1", "--ablate-from", "1", "--random", "1",
+            "--n-boot", "50", "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "sparse vs dense probe F1" in printed and "ablation" in printed
@@ -332,6 +363,11 @@ def test_cli_train_run_and_report(tiny_store, tmp_path, capsys, tiny_dir):
     assert list(ablate.columns[:8]) == ["pair_id", "language", "subset", "feature_set", "method", "margin",
                                         "margin_base", "correct"]
     assert set(ablate["feature_set"]) == {"language", "random-0"}
+    # --ablate 1 --ablate-from 1: each language's second most specific feature (features.csv's rank 2)
+    edits = pd.read_csv(out / "ablate" / "interventions.csv").query("direction == 'features'")
+    second = pd.read_csv(out / "features.csv").query("rank == 2").set_index("language")["feature"]
+    assert edits.astype({"features": str}).groupby("language")["features"].unique().map(list).to_dict() == {
+        language: [str(second[language])] for language in ("en", "de")}
     assert (out / "ablate" / "summary.csv").exists()  # the interventions runner's own summary
     # its `all` cells pool the languages (each pair losing its own language's features), one per readout × direction
     summary = pd.read_csv(out / "ablate" / "summary.csv")

@@ -11,8 +11,9 @@ with f the SAE's code of x (`babelprobe.sae.weights.SAE`). The projection is Den
 state removed, one term per feature (not the joint projection onto their span), at every position of
 the block's output, BOS included; it does not depend on the SAE's encoder. It is the `--protocol paper`
 edit of the SAE ablation. For a unit of language L, S is L's `ablate`
-features of highest monolinguality ν (DIR's stats pass, `babelprobe.sae.stats`; `ablate` is DIR's
-setting); each control (`--random N` draws) is a random set of as many features among those that fire
+features of highest monolinguality ν after its `ablate_from` most specific (DIR's stats pass,
+`babelprobe.sae.stats`; `ablate` and `ablate_from` are DIR's settings: Deng et al.'s `topk_feature_num`
+and `start_idx`); each control (`--random N` draws) is a random set of as many features among those that fire
 on L's tokens (freq > 0), other than S, fixed by the seed, L and the draw (`probes.controls.group_rng`).
 An empty S leaves every state as it is. α (`--alpha`, default 1) scales the removal.
 
@@ -138,17 +139,20 @@ def read_sae_run(path: str | Path) -> dict:
     return {"manifest": manifest, "stats": SAEStats.load(path / STATS), "sae": sae}
 
 
-def feature_sets(stats, n_features: int, n_random: int, seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
-    """{language: {"features": its n_features features of highest ν, "random-K": the K-th control set}}
-    from a stats pass (`babelprobe.sae.stats.SAEStats`; module docstring)."""
-    top = stats.top_features(n_features)
+def feature_sets(stats, n_features: int, n_random: int, seed: int = 0,
+                 skip: int = 0) -> dict[str, dict[str, np.ndarray]]:
+    """{language: {"features": its features of ranks skip+1 .. skip+n_features by ν, "random-K": the K-th
+    control set}} from a stats pass (`babelprobe.sae.stats.SAEStats`; module docstring). Controls are drawn
+    from features that fire on the language's tokens, none of its skip + n_features most specific."""
+    top = stats.top_features(skip + n_features)
     sets = {}
     for g, language in enumerate(stats.languages):
-        chosen = {"features": top[language]}
+        chosen = {"features": top[language][skip:]}
         pool = np.setdiff1d(np.flatnonzero(stats.count[g] > 0), top[language])
         for draw in range(n_random):
             rng = group_rng(seed, f"sae features {language}", f"random {draw}")
-            chosen[f"random-{draw}"] = np.sort(rng.choice(pool, min(len(top[language]), len(pool)), replace=False))
+            size = len(chosen["features"])
+            chosen[f"random-{draw}"] = np.sort(rng.choice(pool, min(size, len(pool)), replace=False))
         sets[language] = chosen
     return sets
 
@@ -175,7 +179,8 @@ class SAEFeatures(EditSource):
         if unknown:
             raise BabelprobeError(f"--sae {self.path}: no features of language {unknown[0]} (its stats pass covers "
                                   f"{', '.join(self.stats.languages)})")
-        self.sets = feature_sets(self.stats, n_features, settings.n_random, settings.seed)
+        self.sets = feature_sets(self.stats, n_features, settings.n_random, settings.seed,
+                                 skip=int(self.manifest.get("ablate_from", 0)))  # runs before it: 0
         self.unit = "probe_group" if probes is not None and "probe" in settings.readouts else "language"
         if self.unit == "probe_group":
             probes.check(items, str(self.sae.layer))

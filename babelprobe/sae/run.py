@@ -16,7 +16,8 @@ settings; `runs.open_run`, manifest `sae.json`):
 2. sparse: the last-token states (the store's `--acts`, or OUT/acts/) encoded offline
    (`sparse.encode_states`): the fit on them (fit.csv rows `states=last`) and the sparse probes against
    the dense probe on the same rows and folds (`sparse.sparse_probes`).
-3. ablate: each language's `ablate` most specific features (highest ν) removed from the residual
+3. ablate: each language's `ablate` most specific features (highest ν; after its `ablate_from` most
+   specific, Deng et al.'s start_idx) removed from the residual
    stream at the SAE's layer, x' = x − Σ_{s∈S} f_s(x) W_dec[s], at every token but BOS (`--ablate-mode
    projection`, `--protocol paper`: Deng et al.'s x' = x − Σ_s ⟨x, W_dec[s]⟩ W_dec[s]/‖W_dec[s]‖², every
    token; `sae.edits`), and `n_random`

@@ -14,8 +14,11 @@ DEFAULT_KS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 ABLATE_MODES = ("subtract", "projection")
-# Deng et al.'s ablation (released SAE/inference.py): each decoder direction's projection removed
-PROTOCOLS = {"paper": {"ablate_mode": "projection"}}
+# Deng et al.'s ablation (released SAE/inference.py): each decoder direction's projection removed, of the
+# language's single most specific feature (the first of the release README's Section 5 runs, `--start_idx 0
+# --topk_feature_num 1`; the other two, top 2 and the second alone, are --ablate 2 and --ablate 1 --ablate-from 1
+# with --ablate-mode projection)
+PROTOCOLS = {"paper": {"ablate_mode": "projection", "ablate": 1, "ablate_from": 0}}
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,8 @@ class Settings:
     """What changes the numbers of `babelprobe sae` (recorded in sae.json)."""
 
     PROTOCOLS: ClassVar[dict] = PROTOCOLS
-    protocol: str = option("default", "paper: Deng et al.'s projection ablation; default: babelprobe's subtraction")
+    protocol: str = option("default", "paper: Deng et al.'s projection ablation of each language's most specific "
+                           "feature; default: babelprobe's subtraction of its 8 most specific")
 
     layers: str | None = option(None, "the layer the SAE reads when its folder does not say (N: block N's output)",
                                 metavar="N", flag="--layers", aliases=("--layer",))
@@ -33,6 +37,8 @@ class Settings:
     folds: int = option(5, "cross-validation folds of the sparse and dense probes", metavar="K")
     seed: int = option(0, "seed of the folds and the random feature sets")
     ablate: int = option(8, "features removed per language: its most specific by ν (0: no ablation)", metavar="N")
+    ablate_from: int = option(0, "features skipped before those removed: --ablate N removes ranks R+1 .. R+N by ν "
+                              "(Deng et al.'s start_idx)", metavar="R")
     n_random: int = option(3, "random feature sets of the same size, as controls", metavar="N", flag="--random")
     ablate_mode: str = option("subtract", "the ablation: remove f_s(x)·W_dec[s] at every token but BOS (subtract) or "
                               "the projection of x onto each W_dec[s] at every token (projection: Deng et al.)",
@@ -48,7 +54,7 @@ class Settings:
         at_least(self, "folds", 2)
         one_of(self, "ablate_mode", ABLATE_MODES)
         one_of(self, "protocol", ("default", *PROTOCOLS))
-        for name in ("top", "ablate", "n_random"):
+        for name in ("top", "ablate", "ablate_from", "n_random"):
             at_least(self, name, 0)
         if self.layers is not None:
             object.__setattr__(self, "layers", str(self.layers))
