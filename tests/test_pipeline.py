@@ -81,3 +81,23 @@ def test_an_interrupt_while_running_still_finishes_the_chunks_already_run():
     with pytest.raises(KeyboardInterrupt):
         pipelined(range(6), lambda k: k, run, finish, done=lambda k, r: written.append(r))
     assert sorted(written) == [0, 1, 2]
+
+
+def test_threads_switch_often_while_it_runs_and_as_before_after_it():
+    """The launching thread gets the GIL back within SWITCH_INTERVAL, not Python's default 5 ms, while a
+    pipeline runs; the interpreter's own interval comes back afterwards, after an error too."""
+    import sys
+
+    from babelprobe.pipeline import SWITCH_INTERVAL
+
+    before = sys.getswitchinterval()
+    seen = pipelined([1, 2], lambda c: sys.getswitchinterval(), lambda c: c, lambda c: c)
+    assert seen == pytest.approx([SWITCH_INTERVAL] * 2, rel=1e-6) and SWITCH_INTERVAL < before  # held in µs
+    assert sys.getswitchinterval() == before
+
+    def fails(chunk):
+        raise ValueError("run failed")
+
+    with pytest.raises(ValueError, match="run failed"):
+        pipelined([1], lambda c: c, fails, lambda c: c)
+    assert sys.getswitchinterval() == before
