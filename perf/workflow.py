@@ -321,14 +321,22 @@ def simulate_gpu_batching() -> None:
 
 
 def warm_up(lm) -> None:
-    """One short forward and the scored tokens' log-probs before anything is timed (first-call set-up of
-    the kernels; on the simulated device, the first log-normaliser imports torch._dynamo, a second of host
-    time that would otherwise be charged to the first phase)."""
+    """One short forward and the scored tokens' log-probs, and one tiny probe fit on folds, before anything
+    is timed: first-call costs of the process belong to no phase (the kernels' set-up; on the simulated
+    device, the first log-normaliser imports torch._dynamo; the first folds import scikit-learn's
+    model_selection, 0.4 s that the probe phase of the first round would otherwise pay and its replayed
+    floor not)."""
+    from babelprobe.probes.folds import make_folds
+    from babelprobe.probes.solvers import fit_predict
+
     encodings = lm.encode(["warm up " * 8], truncate=True)
     with torch.inference_mode():
         batch = pad_batch(encodings, lm.pad_token_id, "right", lm.device)
         hidden = lm.parts.body(**batch, use_cache=False).last_hidden_state
         logprobs_of_states(lm, hidden[0, :2], batch["input_ids"][0, 1:3])
+    labels = np.tile([0, 1], 4)
+    fold = make_folds(labels, np.repeat(np.arange(4), 2), n_folds=2)
+    fit_predict(np.random.default_rng(0).normal(size=(8, 2, 4)), labels[None], (fold != 0)[None])
 
 
 def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
