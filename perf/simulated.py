@@ -290,7 +290,7 @@ class SimBody(nn.Module):
                 hidden = block(hidden, cache=cache)
         finally:
             self.device.settle()
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden), past_key_values=cache)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden), cache=cache)
 
     def get_input_embeddings(self):
         return self.embed_tokens
