@@ -22,7 +22,7 @@ takes turns with the launching thread). Taking turns costs the launching thread:
 the device it waits until the thread holding the GIL is asked to give it up, every `sys.getswitchinterval()`
 (5 ms by default). While a pipeline runs the interval is `SWITCH_INTERVAL`, so the device is driven again
 sooner (meta scoring of 9,180 pairs on perf/simulated.py's 8B stand-in: wall ÷ max(host, device), the
-median of 6 runs each, 1.34 at 5 ms and 1.29 at 0.2 ms). `runs.score_resumably` runs a plain scoring
+median of 6 runs each, 1.36 at 5 ms and 1.31 at 0.2 ms). `runs.score_resumably` runs a plain scoring
 function whole in the run step.
 """
 
