@@ -147,12 +147,12 @@ def feature_sets(stats, n_features: int, n_random: int, seed: int = 0,
     top = stats.top_features(skip + n_features)
     sets = {}
     for g, language in enumerate(stats.languages):
-        chosen = {"features": top[language][skip:]}
+        features = top[language][skip:]
+        chosen = {"features": features}
         pool = np.setdiff1d(np.flatnonzero(stats.count[g] > 0), top[language])
         for draw in range(n_random):
             rng = group_rng(seed, f"sae features {language}", f"random {draw}")
-            size = len(chosen["features"])
-            chosen[f"random-{draw}"] = np.sort(rng.choice(pool, min(size, len(pool)), replace=False))
+            chosen[f"random-{draw}"] = np.sort(rng.choice(pool, min(len(features), len(pool)), replace=False))
         sets[language] = chosen
     return sets
 
@@ -180,7 +180,7 @@ class SAEFeatures(EditSource):
             raise BabelprobeError(f"--sae {self.path}: no features of language {unknown[0]} (its stats pass covers "
                                   f"{', '.join(self.stats.languages)})")
         self.sets = feature_sets(self.stats, n_features, settings.n_random, settings.seed,
-                                 skip=int(self.manifest.get("ablate_from", 0)))  # runs before it: 0
+                                 skip=int(self.manifest.get("ablate_from", 0)))  # absent from older sae.json: 0
         self.unit = "probe_group" if probes is not None and "probe" in settings.readouts else "language"
         if self.unit == "probe_group":
             probes.check(items, str(self.sae.layer))
