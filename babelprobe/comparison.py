@@ -32,6 +32,7 @@ import pandas as pd
 from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
+from babelprobe.extract.settings import DTYPES as STORE_DTYPES
 from babelprobe.inputs import check_inputs
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.probes.settings import ProbeSettings, describe
@@ -63,6 +64,11 @@ class CompareSettings(Nested):
     direct: DirectSettings = block(DirectSettings, ("reduction", "conditional"), help="the direct step's settings")
     layers: str = option(PEAK, metavar="peak|N", aliases=("--layer",),
                          help="neuro layer of the per-pair view: 'peak' (each group's best layer) or a layer number")
+    store_dtype: str | None = option(None, choices=STORE_DTYPES,
+                                     help="the dtype of a new activation store (as extract's --store-dtype; default "
+                                          "float32; bfloat16 halves it: an 8B model's every layer is 540 KB per item "
+                                          "in float32); a store already at --acts is reused in its own unless this asks "
+                                          "for another")
 
     def __post_init__(self):
         layers = str(self.layers).strip()
@@ -156,7 +162,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     if (out / MANIFEST).exists():  # another run in OUT, or another store at acts: before the model loads
         check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
                        runtime.overwrite, WHAT)
-    _check_store(acts, runtime, items)
+    _check_store(acts, runtime, items, settings.store_dtype)
     if not is_peak(settings.layers):  # the neuro view's layer against the model's config, before it loads
         from babelprobe.extract.layers import parse_layers
 
@@ -180,14 +186,15 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     produce_direct = scored("direct", settings.direct)
     fused = _fuses(lm, run, settings, out, acts, backend, runtime.overwrite)
     if fused:  # one forward pass: scores and hidden states
-        produce_direct = _fused_direct(lm, items, out, acts, settings.direct, settings.pool, runtime.batch_tokens,
-                                       source, runtime.overwrite, runtime.progress)
+        produce_direct = _fused_direct(lm, items, out, acts, settings, runtime.batch_tokens, source,
+                                       runtime.overwrite, runtime.progress)
     direct = run.stage("direct", settings.stage("direct"), produce_direct, out / "direct.csv", read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", settings.meta),
                      out / "meta.csv", read_table) if asks_meta else None
-    store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool, backend=backend,
-                                 source=source, batch_tokens=runtime.batch_tokens, progress=runtime.progress,
+    store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool,
+                                 dtype=settings.store_dtype or "float32", backend=backend, source=source,
+                                 batch_tokens=runtime.batch_tokens, progress=runtime.progress,
                                  written=fused)
     from babelprobe.probes import ProbeResult, probe
 
@@ -264,17 +271,17 @@ def _fuses(lm, run, settings: CompareSettings, out: Path, acts: Path, backend: s
             and not partial_dir(direct).exists() and can_fuse(acts, overwrite))
 
 
-def _fused_direct(lm, items, out: Path, acts: Path, direct_settings, pool: str, batch_tokens: int, source, overwrite,
+def _fused_direct(lm, items, out: Path, acts: Path, settings: CompareSettings, batch_tokens: int, source, overwrite,
                   progress):
     from babelprobe.benchmarks.scoring import score_direct_capturing
     from babelprobe.extract.fused import StoreCapture
     from babelprobe.extract.settings import ExtractSettings
 
     def produce():
-        capture = StoreCapture(lm, items, acts, ExtractSettings(pool=pool), batch_tokens=batch_tokens, source=source,
-                               overwrite=overwrite)
+        store = ExtractSettings(pool=settings.pool, dtype=settings.store_dtype or "float32")
+        capture = StoreCapture(lm, items, acts, store, batch_tokens=batch_tokens, source=source, overwrite=overwrite)
         with capture:
-            return score_direct_capturing(lm, items, out / "direct.csv", direct_settings, capture,
+            return score_direct_capturing(lm, items, out / "direct.csv", settings.direct, capture,
                                           batch_tokens=batch_tokens, progress=progress)
     return produce
 
@@ -284,7 +291,7 @@ def _probe_written(result, path: Path):
     return result
 
 
-def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame) -> None:
+def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame, dtype: str | None) -> None:
     """A store already at `acts` was made with this model and these items (unless --overwrite): checked
     against the model's files, before its weights load (`_ensure_store` checks again with the model)."""
     from babelprobe.extract import open_store
@@ -298,6 +305,9 @@ def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame) -> None:
     if other is not None:
         raise BabelprobeError(f"activation store {acts} was made with another {other} than the one being compared; "
                               "point --acts elsewhere or pass --overwrite")
+    if dtype is not None and store.dtype != dtype:
+        raise BabelprobeError(f"activation store {acts} holds {store.dtype} values, not the --store-dtype {dtype} "
+                              "asked for; point --acts elsewhere, pass --overwrite, or ask for its dtype")
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:

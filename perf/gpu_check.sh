@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 40, prepared for a session that is lent one GPU (an H100 or H200): about 9 minutes.
+# The GPU checks of issue 40, prepared for a session that is lent one GPU (an H100 or H200). A session has 15
+# minutes of device time and one command runs at most 10, so the checks come in calls of their own:
 #
-#   here, once:          bash perf/gpu_check.sh prepare      # the default tokenizer's files into .gpu/ (ignored)
-#   on the GPU machine:  bash perf/gpu_check.sh run          # the device tool: carry [".gpu"], timeout_s 600
+#   here, once:         bash perf/gpu_check.sh prepare   # the default tokenizer's files into .gpu/ (ignored)
+#   there, first call:  bash perf/gpu_check.sh run       # the device tool: carry [".gpu"], timeout_s 600
+#   there, if time is left (a fresh start costs ~30 s):  bash perf/gpu_check.sh floors   (or: solver)
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
-# and travels with `carry`). Every step has its own time limit, prints its table as it finishes and writes it to
-# $OUT (what comes back), so a step cut off by its limit leaves the others' results. Expected durations on an
-# H200 (from the simulated device's rates and the 2026-11-26 H200 run; an H100 is about 1.2x slower):
+# and travels with `carry`). Every step has its own time limit and writes its table and the tail of its log to
+# $OUT (what comes back); run directories go to /tmp/bp-work, emptied after each step (a full disk once made
+# a step crash and kept $OUT from coming back). Durations from the H200 run of 2026-11-27 (an H100: ~1.2x):
 #
-#   A  perf/workflow.py --pairs 135 (9,180 pairs), every floor (replay; bare forward at 5 budgets on 100k-token
-#      samples; arithmetic), MFU, GPU busy                                                    ~3 min (limit 240 s)
-#   B  perf/probe_solver.py --gpu: 20,000 items x 33 layers x 4096 dims on the GPU, against the CPU
-#      (torch, 1 layer scaled) and scikit-learn (1 fold x 1 layer scaled)                     ~1.5 min (limit 120 s)
-#   C  perf/workflow.py --pairs quarter (61,064 pairs, a quarter of XCOMPS), bfloat16 store (33 GB: float32's
-#      66 GB would not fit the 64 GiB disk), no measured floors (A's ratios hold per token), end-to-end time,
-#      MFU and GPU busy                                                                        ~4 min (limit 220 s)
+#   run     P  perf/workflow.py --pairs 30 (2,040 pairs), the meta phase under torch's profiler: a Chrome
+#              trace (gzipped) and the operators' totals (where the GPU waits; meta was busy 49%)     ~1 min
+#           C  perf/workflow.py --pairs quarter (61,064 pairs, a quarter of XCOMPS, the acceptance's size),
+#              bfloat16 store (33 GB of the 64 GiB disk), no measured floors, end-to-end time, MFU, GPU busy
+#              (9,180 pairs took 76 s: ~8 min at that rate)                            (limit 480 s)
+#   floors  A  perf/workflow.py --pairs 135 (9,180 pairs), every floor (replay; bare forward at 5 budgets on
+#              100k-token samples; arithmetic), MFU, GPU busy                          ~3 min (limit 240 s)
+#   solver  B  perf/probe_solver.py --gpu: 20,000 items x 33 layers x 4096 dims on the GPU, against the CPU
+#              (torch, 1 layer scaled) and scikit-learn (1 fold x 1 layer scaled)       ~1.1 min (limit 90 s)
 #
 # A reads: each model phase >= 0.8 of its floor, GPU busy >= 0.8 (issue 40's GPU goals); C: the end-to-end
 # minutes of a quarter of XCOMPS (x4 for the whole, against the goal of 15 min) and its MFU.
@@ -43,22 +47,54 @@ fi
 OUT="${OUT:-/tmp/gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 BABELPROBE_CACHE=/tmp/babelprobe-cache TOKENIZERS_PARALLELISM=true
-PY=python3
+PY="${PY:-python3}"
 TOK=.gpu/tokenizer
 START=$(date +%s)
 say() { echo "== $(( $(date +%s) - START )) s: $*"; }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 [ -f "$TOK/tokenizer.json" ] || { echo "no $TOK: run 'bash perf/gpu_check.sh prepare' here and carry .gpu"; exit 2; }
-COMMON=(--shape llama-3.1-8b --device cuda --tokenizer "$TOK" --batch-tokens 16384 --no-progress --tmp /tmp)
+WORK=/tmp/bp-work
+# DEVICE=simulated tries the steps on a machine without a GPU (perf/simulated.py)
+COMMON=(--shape llama-3.1-8b --device "${DEVICE:-cuda}" --tokenizer "$TOK" --batch-tokens 16384 --tmp "$WORK")
+# step NAME LIMIT ARGS...: one workflow run, its table and log tail in $OUT, its run directory removed after
+step() {
+    local name=$1 limit=$2; shift 2
+    mkdir -p "$WORK"
+    timeout "$limit" $PY perf/workflow.py "${COMMON[@]}" "$@" --json "$OUT/$name.json" --markdown "$OUT/$name.md" \
+        2> "$WORK/$name.log"
+    local rc=$?
+    # the log's last lines, a progress bar's last state only
+    tr '\r' '\n' < "$WORK/$name.log" | grep -v '^\s*$' | cut -c1-240 \
+        | awk -F: '{ if (NR > 1 && $1 != key) print last; key = $1; last = $0 } END { print last }' \
+        | tail -n 80 > "$OUT/$name.log"
+    tail -n 8 "$OUT/$name.log"
+    rm -rf "${WORK:?}"/*
+    say "$name: rc $rc"
+    return $rc
+}
 
-say "A: the workflow at 9,180 pairs with every floor"
-timeout 240 $PY perf/workflow.py "${COMMON[@]}" --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16 \
-    --json "$OUT/workflow-135.json" --markdown "$OUT/workflow-135.md" 2>&1 | grep -v Warning
-say "B: the probe solver at 20,000 x 33 x 4096"
-timeout 120 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
-say "C: the workflow at a quarter of XCOMPS (61,064 pairs)"
-timeout 220 $PY perf/workflow.py "${COMMON[@]}" --pairs quarter --no-floors --store-dtype bfloat16 \
-    --json "$OUT/workflow-quarter.json" --markdown "$OUT/workflow-quarter.md" 2>&1 | grep -v Warning
+case "$STEP" in
+run)
+    say "P: the meta phase profiled at 2,040 pairs"
+    step profile 150 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/meta-trace.json.gz"
+    RC=$?
+    # a failure in the first minute (a broken path, not a slow one) ends the call, leaving device time to rerun
+    if [ $RC -ne 0 ] && [ $RC -ne 124 ]; then say "P failed: stopping here"; exit $RC; fi
+    say "C: the workflow at a quarter of XCOMPS (61,064 pairs)"
+    step quarter 480 --pairs quarter --no-floors --store-dtype bfloat16
+    ;;
+floors)
+    say "A: the workflow at 9,180 pairs with every floor"
+    step floors-135 240 --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
+    ;;
+solver)
+    say "B: the probe solver at 20,000 x 33 x 4096"
+    timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
+    ;;
+*)
+    echo "unknown step $STEP: prepare, run, floors or solver"; exit 2
+    ;;
+esac
 say "done"

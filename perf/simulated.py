@@ -280,9 +280,10 @@ class SimBody(nn.Module):
         self.norm = nn.Identity()
 
     def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
-                use_cache=None, **kwargs):
+                use_cache=None, past_key_values=None, **kwargs):
         from transformers.modeling_outputs import BaseModelOutputWithPast
 
+        cache = cache if cache is not None else past_key_values  # transformers before 5.2x: past_key_values
         batch, width = input_ids.shape
         hidden = empty(batch, width, self.config.hidden_size, dtype=self.dtype)
         try:
@@ -290,7 +291,8 @@ class SimBody(nn.Module):
                 hidden = block(hidden, cache=cache)
         finally:
             self.device.settle()
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden), cache=cache)
+        field = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(hidden), **{field: cache})
 
     def get_input_embeddings(self):
         return self.embed_tokens

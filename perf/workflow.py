@@ -348,6 +348,8 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
     def timed_stage(self, name, settings, produce, output, read):
         calls.phase = name if recording else None
         fits.recording = recording and name == "neuro"
+        if recording and args.profile and name == args.profile_phase:
+            produce = profiled(produce, Path(args.profile), device)
         try:
             with Meter(device, lm.simulated) as phases[name]:
                 return stage(self, name, settings, produce, output, read)
@@ -358,7 +360,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
         calls.phase = "extract" if recording else None
         try:
             with Meter(device, lm.simulated) as phases["extract"]:
-                return ensure_store(*a, **k, **({"dtype": args.store_dtype} if args.store_dtype else {}))
+                return ensure_store(*a, **k)
         finally:
             calls.phase = None
 
@@ -369,13 +371,40 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
     if args.probe_layers != "all":  # compare probes every layer; a simulated run may take fewer (zeros, on a CPU)
         probes.probe = lambda store, settings, **k: probe(store, replace(settings, layers=args.probe_layers), **k)
     try:
-        comparison.compare(lm, items, out, folds=folds(args), batch_tokens=args.batch_tokens,
-                           progress=not args.no_progress)
+        comparison.compare(lm, items, out, folds=folds(args), store_dtype=args.store_dtype,
+                           batch_tokens=args.batch_tokens, progress=not args.no_progress)
     finally:
         RunDir.stage, comparison._ensure_store, probes.probe = stage, ensure_store, probe
     done = {name: phases[phase] for name, phase in PHASES}
     say("babelprobe", {name: meter.seconds for name, meter in done.items()})
     return {"phases": done}
+
+
+def profiled(produce, path: Path, device):
+    """`produce` under torch's profiler (the host's operators on every thread, and the GPU's kernels): a
+    Chrome trace, gzipped, at `path` (chrome://tracing, ui.perfetto.dev: where the GPU waits and what each
+    thread did meanwhile) and the operators' totals at PATH.txt, also printed. The profiler slows the phase:
+    its seconds are not comparable with an unprofiled run."""
+    import gzip
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    def run():
+        activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if device.type == "cuda" else [])]
+        with profile(activities=activities) as prof:
+            out = produce()
+        with tempfile.NamedTemporaryFile(suffix=".json") as raw:
+            prof.export_chrome_trace(raw.name)
+            with open(raw.name, "rb") as src, gzip.open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        averages = prof.key_averages()
+        sorts = ["self_cpu_time_total", *(["self_device_time_total"] if device.type == "cuda" else [])]
+        text = "\n\n".join(averages.table(sort_by=key, row_limit=30) for key in sorts)
+        Path(f"{path}.txt").write_text(text)
+        print(text, flush=True)
+        return out
+    return run
 
 
 def say(run: str, seconds: dict) -> None:
@@ -562,6 +591,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-sklearn", action="store_true", help="skip the scikit-learn probe baseline")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmp", help="where the run directory goes (default: the system's temporary dir)")
+    parser.add_argument("--profile", metavar="FILE", help="profile one phase of the first round with torch's "
+                        "profiler: a gzipped Chrome trace here, the operators' totals at FILE.txt (slows the phase)")
+    parser.add_argument("--profile-phase", default="meta", choices=[stage for _, stage in PHASES],
+                        help="the phase --profile profiles (default meta)")
     parser.add_argument("--json", help="write the table as JSON here")
     parser.add_argument("--markdown", help="write the table as Markdown here")
     parser.add_argument("--no-progress", action="store_true")

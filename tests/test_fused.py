@@ -125,3 +125,25 @@ def test_on_a_cpu_compare_keeps_two_passes_and_its_store_is_extracts(tiny, tmp_p
     assert "fused" not in made.manifest
     for layer in alone.layers:
         np.testing.assert_array_equal(made.read(layer), alone.read(layer))
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_compare_stores_in_the_dtype_asked_for_and_an_existing_store_in_its_own(tiny, tmp_path, monkeypatch, fuse):
+    import torch
+
+    from babelprobe.errors import BabelprobeError
+
+    items = sample_items()
+    monkeypatch.setattr(comparison, "FUSE", fuse)
+    comparison.compare(tiny, items, tmp_path / "f32", folds=2, batch_tokens=64, progress=False)
+    comparison.compare(tiny, items, tmp_path / "bf16", folds=2, batch_tokens=64, store_dtype="bfloat16", progress=False)
+    wide, narrow = open_store(tmp_path / "f32" / "acts"), open_store(tmp_path / "bf16" / "acts")
+    assert (wide.dtype, narrow.dtype) == ("float32", "bfloat16")
+    for layer in wide.layers:  # the same passes: the states rounded to bfloat16 as torch rounds them
+        expected = torch.from_numpy(wide.read(layer)).to(torch.bfloat16).float().numpy()
+        np.testing.assert_array_equal(narrow.read(layer), expected)
+    acts = tmp_path / "bf16" / "acts"
+    with pytest.raises(BabelprobeError, match="holds bfloat16 values, not the --store-dtype float32"):
+        comparison.compare(tiny, items, tmp_path / "again", acts=acts, folds=2, store_dtype="float32", progress=False)
+    comparison.compare(tiny, items, tmp_path / "again", acts=acts, folds=2, progress=False)  # reused as it is
+    assert open_store(acts).manifest["shards"] == narrow.manifest["shards"]

@@ -7,6 +7,7 @@ the FLOPs against the model's own parameter count, the simulated model against a
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -54,8 +55,13 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path):
     """The acceptance measure of issue 40 item 4 at a tiny size: host and simulated device ms per pair and
     wall / max(host, device) for every model phase, extraction fused into direct scoring."""
     report, phases, table = run_workflow(tmp_path, "--shape", "tiny", "--pairs", "2", "--languages", "de,zh",
-                                         "--device", "simulated", "--sweep-tokens", "200", "--probe-layers", "0")
+                                         "--device", "simulated", "--sweep-tokens", "200", "--probe-layers", "0",
+                                         "--profile", str(tmp_path / "meta.json.gz"))
     assert "simulated" in report["run"]["hardware"] and "wall/max(host, device)" in table
+    # the meta phase profiled: its Chrome trace (the stand-in's operators) and the operators' totals
+    with gzip.open(tmp_path / "meta.json.gz", "rt") as trace:
+        assert any("aten::" in event.get("name", "") for event in json.load(trace)["traceEvents"])
+    assert "Self CPU" in (tmp_path / "meta.json.gz.txt").read_text()
     for name in ("direct", "meta"):
         row = phases[name]
         assert row["host_ms_per_pair"] > 0 and row["device_ms_per_pair"] > 0 and row["overlap"] > 0, name

@@ -29,7 +29,7 @@ from babelprobe.probes import (
 )
 from babelprobe.probes import probe as run_probes
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
-from babelprobe.probes.run import choose_C
+from babelprobe.probes.run import choose_C, group_workers
 from babelprobe.tables import read_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny problems: threads only add overhead
@@ -267,6 +267,10 @@ def test_groups_side_by_side_give_the_same_tables(small):
     assert torch.get_num_threads() == threads
     with pytest.raises(BabelprobeError, match="workers must be at least 1"):
         run_probes(path, workers=0)
+    # by default: every CPU thread a group; on an accelerator two groups (one read while the other is solved)
+    assert group_workers(None, "torch", "cpu", 68) == torch.get_num_threads()
+    assert group_workers(None, "torch", "meta", 68) == 2 and group_workers(None, "torch", "meta", 1) == 1
+    assert group_workers(None, "sklearn", "cpu", 68) == 1
 
 
 def test_bad_input_is_named(small, tmp_path):

@@ -72,6 +72,18 @@ def test_shard_is_readable_with_plain_h5py_and_chunked_by_layer(tmp_path):
     assert store.fingerprint == "abc" and store.items_hash == "h" and store.n_layers == 2
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_reads_of_consecutive_and_scattered_rows_across_chunks_and_shards(tmp_path, dtype):
+    n, d = 700, 2048  # 128 float32 rows (256 bfloat16 rows) per chunk; two shards
+    last = activations(n, layers=3, d=d, scale=50.0)
+    write_store(tmp_path / "s", make_keys(n), last, dtype=dtype, shard_size=400)
+    expected = torch.from_numpy(last).to(torch.bfloat16).float().numpy() if dtype == "bfloat16" else last
+    store = open_store(tmp_path / "s")
+    for rows in (np.arange(100, 650), np.arange(650, 100, -1), np.r_[5:300, 3, 399:401, 690:700]):
+        for layers in ([0, 1, 2], [1, 2], [2, 0]):
+            np.testing.assert_array_equal(store.read_layers(layers, rows=rows), expected[rows][:, layers])
+
+
 def test_compression_round_trip(tmp_path):
     keys, last = make_keys(30), activations(30)
     for method in ("lzf", "gzip"):

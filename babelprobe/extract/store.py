@@ -100,6 +100,14 @@ def decode_array(stored: np.ndarray, dtype: str) -> np.ndarray:
     return stored.astype(np.float32, copy=False)
 
 
+def decode_into(stored: np.ndarray, dtype: str, out: np.ndarray) -> None:
+    """`decode_array` written into float32 `out` (same shape) without temporaries."""
+    if dtype == "bfloat16":
+        np.left_shift(stored, 16, out=out.view(np.uint32), dtype=np.uint32)
+    else:
+        out[...] = stored
+
+
 def storage_dtype(dtype: str):
     return {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
 
@@ -634,7 +642,20 @@ class Store:
         dtype = str(ds.attrs.get("dtype", "float32"))
         chunk_rows = ds.chunks[0] if ds.chunks else len(ds)
         chunk_of = local // chunk_rows
-        for first, last in _runs(np.unique(chunk_of), READ_RUN_CHUNKS):
+        runs = _consecutive(local, where, chunk_rows)
+        if len(runs) <= len(np.unique(chunk_of)):
+            # consecutive rows (a group stored together): read exactly them, every layer in one call when the
+            # layers are consecutive, decoded straight into `out` (a read holds at most one chunk's rows)
+            span = _span(columns)
+            for start, stop, at in runs:
+                target = out[at:at + stop - start]
+                if span is not None:
+                    decode_into(ds[start:stop, span, :], dtype, target)
+                else:
+                    for i, column in enumerate(columns):
+                        decode_into(ds[start:stop, column, :], dtype, target[:, i, :])
+            return
+        for first, last in _runs(np.unique(chunk_of), READ_RUN_CHUNKS):  # scattered rows: whole chunks, picked
             r0, r1 = first * chunk_rows, min(len(ds), (last + 1) * chunk_rows)
             inside = (local >= r0) & (local < r1)
             picked = local[inside] - r0
@@ -704,6 +725,24 @@ def _runs(ids: np.ndarray, max_len: int):
         start = prev = i
     if start is not None:
         yield start, prev
+
+
+def _consecutive(local: np.ndarray, where: np.ndarray, chunk_rows: int) -> list[tuple[int, int, int]]:
+    """(start, stop, first position in the answer) of each run of rows that are consecutive both in the
+    shard and in the answer, cut where a chunk of rows ends."""
+    if not len(local):
+        return []
+    breaks = (np.diff(local) != 1) | (np.diff(where) != 1) | (local[1:] % chunk_rows == 0)
+    firsts = np.concatenate([[0], np.flatnonzero(breaks) + 1])
+    lasts = np.concatenate([firsts[1:], [len(local)]]) - 1
+    return [(int(local[a]), int(local[b]) + 1, int(where[a])) for a, b in zip(firsts, lasts, strict=True)]
+
+
+def _span(columns: list[int]):
+    """`columns` as a slice when they are consecutive and ascending (one HDF5 read for all), else None."""
+    if columns == list(range(columns[0], columns[0] + len(columns))):
+        return slice(columns[0], columns[0] + len(columns))
+    return None
 
 
 def _ranges(values: list[int]) -> str:

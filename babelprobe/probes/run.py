@@ -182,7 +182,9 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
 
 def group_workers(workers: int | None, solver: str, device, n_groups: int) -> int:
     """How many groups to solve at once: `workers` if given, else torch's thread count for the torch
-    solvers on a CPU (1 on a GPU, and for the sklearn solver, which has its own `n_jobs`)."""
+    solvers on a CPU, 2 on a GPU (one group is read from the store and tabled on the host while the other is
+    solved: on an 8B model's store the reading takes about as long as the solve), and 1 for the sklearn
+    solver, which has its own `n_jobs`."""
     if workers is not None:
         if workers < 1:
             raise BabelprobeError(f"workers must be at least 1, got {workers}")
@@ -194,7 +196,7 @@ def group_workers(workers: int | None, solver: str, device, n_groups: int) -> in
     from babelprobe.probes.solvers import resolve_device
 
     if resolve_device(device).type != "cpu":
-        return 1
+        return min(2, n_groups)
     return max(1, min(torch.get_num_threads(), n_groups))
 
 
