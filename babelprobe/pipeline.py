@@ -22,8 +22,11 @@ takes turns with the launching thread). Taking turns costs the launching thread:
 the device it waits until the thread holding the GIL is asked to give it up, every `sys.getswitchinterval()`
 (5 ms by default). While a pipeline runs the interval is `SWITCH_INTERVAL`, so the device is driven again
 sooner (meta scoring of 9,180 pairs on perf/simulated.py's 8B stand-in: wall ÷ max(host, device), the
-median of 6 runs each, 1.36 at 5 ms and 1.31 at 0.2 ms). `runs.score_resumably` runs a plain scoring
-function whole in the run step.
+median of 6 runs each, 1.36 at 5 ms and 1.31 at 0.2 ms). Taking turns still costs a real model's launches
+most: a transformers Llama forward launches a few dozen operators per layer, each one a turn, and
+`perf/gil.py` measures its 32 layers' launches 2.3x slower beside the producer's `MetaScorer.prepare` (2.7x
+beside the finishing step) than alone; a producer in a process of its own would not take those turns.
+`runs.score_resumably` runs a plain scoring function whole in the run step.
 """
 
 from __future__ import annotations
