@@ -130,7 +130,7 @@ def read_checked(store, rows: np.ndarray, layers: list[int], pool: str, group: s
     """float32 [len(rows), len(layers), d] read through the store, refusing NaN or inf with the group,
     layer and item named."""
     X = store.read_layers(layers, rows=rows, pool=pool)
-    if np.isfinite(X.sum(dtype=np.float64)):  # one pass, no mask: a NaN or inf makes the sum NaN or inf
+    if np.isfinite(X.sum()):  # one pass, no mask: a NaN or inf makes the sum NaN or inf (an overflow is rechecked)
         return X
     finite = np.isfinite(X)
     if not finite.all():
