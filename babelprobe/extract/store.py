@@ -740,7 +740,7 @@ def _consecutive(local: np.ndarray, where: np.ndarray, chunk_rows: int) -> list[
 
 def _span(columns: list[int]):
     """`columns` as a slice when they are consecutive and ascending (one HDF5 read for all), else None."""
-    if columns == list(range(columns[0], columns[0] + len(columns))):
+    if columns and columns == list(range(columns[0], columns[0] + len(columns))):
         return slice(columns[0], columns[0] + len(columns))
     return None
 
