@@ -593,8 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tmp", help="where the run directory goes (default: the system's temporary dir)")
     parser.add_argument("--profile", metavar="FILE", help="profile one phase of the first round with torch's "
                         "profiler: a gzipped Chrome trace here, the operators' totals at FILE.txt (slows the phase)")
-    parser.add_argument("--profile-phase", default="meta", choices=[stage for _, stage in PHASES],
-                        help="the phase --profile profiles (default meta)")
+    parser.add_argument("--profile-phase", default="meta", choices=("direct", "meta", "neuro"),
+                        help="the phase --profile profiles (default meta; direct includes a fused extraction)")
     parser.add_argument("--json", help="write the table as JSON here")
     parser.add_argument("--markdown", help="write the table as Markdown here")
     parser.add_argument("--no-progress", action="store_true")
