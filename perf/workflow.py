@@ -63,6 +63,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import floors  # noqa: E402  (perf/floors.py)
+import trace_gaps  # noqa: E402  (perf/trace_gaps.py)
 from timing import rounds  # noqa: E402  (perf/timing.py)
 
 from babelprobe import comparison  # noqa: E402
@@ -383,7 +384,8 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
 def profiled(produce, path: Path, device):
     """`produce` under torch's profiler (the host's operators on every thread, and the GPU's kernels): a
     Chrome trace, gzipped, at `path` (chrome://tracing, ui.perfetto.dev: where the GPU waits and what each
-    thread did meanwhile) and the operators' totals at PATH.txt, also printed. The profiler slows the phase:
+    thread did meanwhile), and at PATH.txt, also printed, where the GPU waited (`trace_gaps`: its idle gaps and the
+host's innermost operators meanwhile) and the operators' totals. The profiler slows the phase:
     its seconds are not comparable with an unprofiled run."""
     import gzip
     import shutil
@@ -400,7 +402,8 @@ def profiled(produce, path: Path, device):
                 shutil.copyfileobj(src, dst)
         averages = prof.key_averages()
         sorts = ["self_cpu_time_total", *(["self_device_time_total"] if device.type == "cuda" else [])]
-        text = "\n\n".join(averages.table(sort_by=key, row_limit=30) for key in sorts)
+        text = "\n\n".join([trace_gaps.report(str(path)), *(averages.table(sort_by=key, row_limit=30)
+                                                            for key in sorts)])
         Path(f"{path}.txt").write_text(text)
         print(text, flush=True)
         return out

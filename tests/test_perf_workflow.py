@@ -61,12 +61,32 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path):
     # the meta phase profiled: its Chrome trace (the stand-in's operators) and the operators' totals
     with gzip.open(tmp_path / "meta.json.gz", "rt") as trace:
         assert any("aten::" in event.get("name", "") for event in json.load(trace)["traceEvents"])
-    assert "Self CPU" in (tmp_path / "meta.json.gz.txt").read_text()
+    summary = (tmp_path / "meta.json.gz.txt").read_text()
+    assert "Self CPU" in summary and "no device work in the trace" in summary  # no GPU kernels to place
     for name in ("direct", "meta"):
         row = phases[name]
         assert row["host_ms_per_pair"] > 0 and row["device_ms_per_pair"] > 0 and row["overlap"] > 0, name
     assert phases["extract"]["floor"] == "fused into direct"
     assert phases["probe"]["seconds"] > 0  # README's command probes layer 0 only (--probe-layers)
+
+
+def test_trace_gaps_names_the_host_work_the_device_waited_for():
+    """The device's idle gaps in a profiler trace, and per thread the innermost host event meanwhile, against
+    a trace whose answer is worked out by hand (µs): kernels [0, 10], [12, 20], [50, 60]; one gap of at
+    least 5 µs, [20, 50]."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import trace_gaps
+
+    def event(cat, name, ts, dur, tid=1):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid}
+
+    events = [event("kernel", "k1", 0, 10, 7), event("kernel", "k2", 12, 8, 7), event("gpu_memcpy", "c", 50, 10, 7),
+              event("cpu_op", "launch", 0, 25), event("cpu_op", "aten::mm", 5, 17), event("python_function", "plan", 25, 20),
+              event("python_function", "prepare", 15, 45, tid=2)]
+    result = trace_gaps.summary(events, min_gap_us=5)
+    assert (result["busy_us"], result["span_us"], result["gaps"], result["idle_us"]) == (28, 60, 1, 30)
+    assert dict(result["host"]) == {((0, 2), "prepare"): 30, ((0, 1), "plan"): 20, ((0, 1), "launch"): 3,
+                                    ((0, 1), "aten::mm"): 2}
 
 
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
