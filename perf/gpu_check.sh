@@ -16,7 +16,7 @@
 #              trace (gzipped) and the operators' totals (where the GPU waits; meta was busy 49%)     ~1 min
 #           C  perf/workflow.py --pairs quarter (61,064 pairs, a quarter of XCOMPS, the acceptance's size),
 #              bfloat16 store (33 GB of the 64 GiB disk), no measured floors, end-to-end time, MFU, GPU busy
-#              (9,180 pairs took 76 s: ~8 min at that rate)                            (limit 480 s)
+#              (9,180 pairs took 76 s: ~8 min at that rate)               (limit: the rest of 585 s)
 #   floors  A  perf/workflow.py --pairs 135 (9,180 pairs), every floor (replay; bare forward at 5 budgets on
 #              100k-token samples; arithmetic), MFU, GPU busy                          ~3 min (limit 240 s)
 #   solver  B  perf/probe_solver.py --gpu: 20,000 items x 33 layers x 4096 dims on the GPU, against the CPU
@@ -82,8 +82,9 @@ run)
     RC=$?
     # a failure in the first minute (a broken path, not a slow one) ends the call, leaving device time to rerun
     if [ $RC -ne 0 ] && [ $RC -ne 124 ]; then say "P failed: stopping here"; exit $RC; fi
+    # C gets what is left of the call's 600 s (the device tool's limit), less 15 s to write its files back
     say "C: the workflow at a quarter of XCOMPS (61,064 pairs)"
-    step quarter 480 --pairs quarter --no-floors --store-dtype bfloat16
+    step quarter $(( 585 - $(date +%s) + START )) --pairs quarter --no-floors --store-dtype bfloat16
     ;;
 floors)
     say "A: the workflow at 9,180 pairs with every floor"
