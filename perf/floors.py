@@ -19,6 +19,7 @@ The floor of a phase is the least of the three, and MFU (model-FLOPs utilisation
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -40,15 +41,25 @@ class Clock:
     def __enter__(self):
         if self.cuda:
             torch.cuda.synchronize()
+        _drain_simulated()
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc):
         if self.cuda:
             torch.cuda.synchronize()
+        _drain_simulated()
         self.seconds = time.perf_counter() - self.start
         self.cpu_seconds = time.process_time() - self.cpu_start
         return False
+
+
+def _drain_simulated() -> None:
+    """The queued simulated device (perf/simulated.py, `--device simulated-gpu`) done with its work, as
+    `torch.cuda.synchronize` makes a GPU."""
+    simulated = sys.modules.get("simulated")
+    if simulated is not None and simulated.CLOCK:
+        simulated.CLOCK[-1].wait()
 
 
 # ------------------------------------------------------------------------------------------- the replay

@@ -13,6 +13,16 @@ the vocabulary, copying KV rows) costs only its dispatch on the host, as a kerne
 the host (`.cpu()`, `.item()`, a copy into a host tensor) gives zeros of the right shape and dtype. The real
 tokenizer, prefix trees, batching, scoring tables and writing run unchanged; only the numbers are zeros.
 
+Two ways to run the clock. `--device simulated` holds the thread that drives the device for each forward's
+time (synchronous: that thread's own launches are in series with the device by construction). `--device
+simulated-gpu` queues the work as a GPU does (a launch returns at once; the device works through its queue)
+and makes the host pay what a real forward's launches cost (`Launches`: each block runs a real transformers
+Llama decoder layer's operators at width 64, so the Python, the dispatch and the turns at the GIL are a real
+model's), and waits where a GPU run waits: transformers' check of the attention mask at the start of each
+forward (`padding_mask.all()` reads a device value), `.item()` and plain reads back; babelprobe's page-locked
+reads back per chunk and per extraction batch wait, like a CUDA event, only for the work queued before them
+(`queued_reads`). Its busy share is the column NVML fills on a GPU.
+
 Device time: `tokens × body_s_per_token` for a forward over `tokens` (batch rows × width, padding included;
 each block is charged its share, so a forward stopped after a layer costs that share) plus `rows ×
 head_s_per_row` for the vocabulary projection of `rows` states, and never less than reading the weights of
@@ -108,10 +118,13 @@ class SimTensor(torch.Tensor):
         packet = func.overloadpacket
         if packet in (aten._to_copy, aten.to) and _to_host(args, kwargs):
             dtype = kwargs.get("dtype") or next((a for a in args[1:] if isinstance(a, torch.dtype)), args[0].dtype)
+            _read_back()
             return host_zeros(tuple(args[0].shape), dtype)  # a read back to the host
         if func is aten.copy_.default and not isinstance(args[0], SimTensor) and args[0].device.type != "meta":
+            _read_back()
             return args[0].zero_()  # a read into a host tensor
         if func is aten._local_scalar_dense.default:
+            _read_back()
             return 0
         shortcut = SHAPE_RULES.get(func)
         if shortcut is not None:
@@ -219,42 +232,140 @@ _KEPT: dict[torch.dtype, torch.Tensor] = {}  # the zeros large read backs share,
 # ------------------------------------------------------------------------------------------- the device
 
 class Device:
-    """The simulated device's clock. Work is charged (`charge`) as it is queued and the calling thread is
-    held for it (`settle`: once per forward pass or projection, not once per block, so that waking up from
-    many short sleeps on a loaded machine does not add to the device time). `busy` is the device time
-    charged; the thread's sleeps are kept to it over many calls (an oversleep is taken off the next one)."""
+    """The simulated device's clock. Work is charged (`charge`) as it is queued. Synchronous (the default), the
+    calling thread is held for it (`settle`: once per forward pass or projection, not once per block, so that
+    waking up from many short sleeps on a loaded machine does not add to the device time). Queued (`queued`,
+    `--device simulated-gpu`), work runs while the host goes on, as a GPU's launches return at once: it starts
+    when the work before it is done or when it is launched, whichever is later, and the host waits only where
+    a GPU run waits (`wait`: a read back, transformers' check of the attention mask at each forward). `busy`
+    is the device time charged; the thread's sleeps are kept to it over many calls."""
 
-    def __init__(self, rates: Rates):
-        self.rates, self.busy, self.owed, self.debt = rates, 0.0, 0.0, 0.0
+    def __init__(self, rates: Rates, queued: bool = False, clock=time.perf_counter, sleep=time.sleep):
+        self.rates, self.busy, self.owed, self.debt, self.queued = rates, 0.0, 0.0, 0.0, queued
+        self.free_at = 0.0  # queued: when the work charged so far is done (on `clock`)
+        self.clock, self.sleep = clock, sleep
         self.lock = threading.Lock()
 
     def charge(self, seconds: float) -> None:
         with self.lock:
-            self.owed += seconds
             self.busy += seconds
+            if self.queued:
+                self.free_at = max(self.free_at, self.clock()) + seconds
+            else:
+                self.owed += seconds
 
     def settle(self) -> None:
-        """Hold the calling thread (GIL released) for the work charged since the last settle."""
+        """Synchronous: hold the calling thread (GIL released) for the work charged since the last settle.
+        Queued: nothing (the host does not wait for a launch)."""
+        if self.queued:
+            return
         with self.lock:
             owed, self.owed = self.owed, 0.0
         target = owed - self.debt
         if target <= 0:
             self.debt = -target
             return
-        start = time.perf_counter()
-        time.sleep(target)
-        self.debt = time.perf_counter() - start - target
+        start = self.clock()
+        self.sleep(target)
+        self.debt = self.clock() - start - target
+
+    def wait(self) -> None:
+        """A synchronisation: hold the calling thread (GIL released) until the work queued so far is done
+        (the synchronous device has done it already)."""
+        with self.lock:
+            left = self.free_at - self.clock() if self.queued else 0.0
+        if left > 0:
+            self.sleep(left)
+
+
+CLOCK: list[Device] = []  # the device of this process's stand-in: a read back waits for it
+_QUEUED_READ = threading.local()  # set while a read back is queued as a GPU run queues it (`queued_reads`)
+
+
+def _read_back() -> None:
+    """A read back to the host waits for the device's work before it, unless it is one that a GPU run queues
+    (page-locked, non-blocking, an event after it: `queued_reads`)."""
+    if CLOCK and not getattr(_QUEUED_READ, "on", False):
+        CLOCK[-1].wait()
+
+
+def queued_reads() -> None:
+    """babelprobe's one read back per chunk (`Readback`) and per extraction batch (`Pooler.result_async`) as a
+    GPU run has them: queued without waiting, their `wait()` waiting for the device work launched before them
+    only (a CUDA event's semantics). A patch of this process's babelprobe classes, installed by
+    perf/workflow.py for `--device simulated-gpu` (on the synchronous device every read is already done)."""
+    from babelprobe.benchmarks.core.logprobs import Readback
+    from babelprobe.extract.capture import PooledRows, Pooler
+
+    def queued(make):
+        done_at = CLOCK[-1].free_at
+        _QUEUED_READ.on = True
+        try:
+            return make(), done_at
+        finally:
+            _QUEUED_READ.on = False
+
+    def until(done_at: float) -> None:
+        left = done_at - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+    readback_init, readback_wait = Readback.__init__, Readback.wait
+    result_async, rows_wait = Pooler.result_async, PooledRows.wait
+
+    def init(self, values):
+        _, self.sim_done_at = queued(lambda: readback_init(self, values))
+
+    def pooled(self):
+        rows, rows.sim_done_at = queued(lambda: result_async(self))
+        return rows
+
+    Readback.__init__ = init
+    Readback.wait = lambda self: (until(self.sim_done_at), readback_wait(self))[1]
+    Pooler.result_async = pooled
+    PooledRows.wait = lambda self: (until(getattr(self, "sim_done_at", 0.0)), rows_wait(self))[1]
+
+
+class Launches:
+    """The host's side of a real forward: a transformers Llama with the stand-in's number of decoder layers
+    at width 64 (`launch(i)` runs layer i's operators on 1 × 4 tokens, `start()` the embedding and rotary
+    tables), so that each block costs the host what launching a real block's few dozen operators costs
+    (perf/gil.py: ~25-30 ms for 32 layers on the development machine), its Python and its turns at the GIL."""
+
+    def __init__(self, n_layers: int):
+        from transformers import LlamaConfig, LlamaModel
+
+        config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=n_layers, num_attention_heads=4,
+                             num_key_value_heads=2, vocab_size=128)
+        self.model = LlamaModel(config).eval()
+        self.ids = torch.zeros(1, 4, dtype=torch.long)
+        self.positions = torch.arange(4)[None]
+        self.hidden, self.rotary = None, None
+
+    def start(self) -> None:
+        with torch.inference_mode():
+            self.hidden = self.model.embed_tokens(self.ids)
+            self.rotary = self.model.rotary_emb(self.hidden, self.positions)
+
+    def launch(self, index: int) -> None:
+        with torch.inference_mode():
+            out = self.model.layers[index](self.hidden, position_embeddings=self.rotary, position_ids=self.positions)
+            self.hidden = out[0] if isinstance(out, tuple) else out
 
 
 class SimBlock(nn.Module):
     """One decoder block: appends its keys and values to a cache it is given, returns its input as output,
     and charges the device its share of the forward."""
 
-    def __init__(self, index: int, device: Device, share: float, kv_shape: tuple[int, int], dtype):
+    def __init__(self, index: int, device: Device, share: float, kv_shape: tuple[int, int], dtype,
+                 launches: Launches | None = None):
         super().__init__()
         self.index, self.device, self.share, self.kv_shape, self.dtype = index, device, share, kv_shape, dtype
+        self.launches = launches
 
     def forward(self, hidden, cache=None, **_):
+        if self.launches is not None:
+            self.launches.launch(self.index)
         batch, width = hidden.shape[:2]
         if cache is not None:
             heads, head_dim = self.kv_shape
@@ -269,13 +380,13 @@ class SimBody(nn.Module):
     """The model body (embeddings, blocks, final norm) as babelprobe calls it: keyword inputs, an optional
     cache, hidden states after the final norm in `last_hidden_state`."""
 
-    def __init__(self, config, device: Device, dtype):
+    def __init__(self, config, device: Device, dtype, launches: Launches | None = None):
         super().__init__()
-        self.config, self.dtype, self.device = config, dtype, device
+        self.config, self.dtype, self.device, self.launches = config, dtype, device, launches
         heads = config.num_attention_heads
         kv = (config.num_key_value_heads or heads, getattr(config, "head_dim", None) or config.hidden_size // heads)
         self.embed_tokens = nn.Identity()
-        self.layers = nn.ModuleList(SimBlock(i, device, 1 / config.num_hidden_layers, kv, dtype)
+        self.layers = nn.ModuleList(SimBlock(i, device, 1 / config.num_hidden_layers, kv, dtype, launches)
                                     for i in range(config.num_hidden_layers))
         self.norm = nn.Identity()
 
@@ -284,6 +395,10 @@ class SimBody(nn.Module):
         from transformers.modeling_outputs import BaseModelOutputWithPast
 
         cache = cache if cache is not None else past_key_values  # transformers before 5.2x: past_key_values
+        if attention_mask is not None:
+            self.device.wait()  # transformers' SDPA mask check reads the mask's value (`padding_mask.all()`)
+        if self.launches is not None:
+            self.launches.start()
         batch, width = input_ids.shape
         hidden = empty(batch, width, self.config.hidden_size, dtype=self.dtype)
         try:
@@ -317,10 +432,10 @@ class SimHead(nn.Module):
 class SimCausalLM(nn.Module):
     """What `LoadedModel.model` is: the config, the body, the head, and HF's forward (for the baselines)."""
 
-    def __init__(self, config, device: Device, dtype):
+    def __init__(self, config, device: Device, dtype, launches: Launches | None = None):
         super().__init__()
         self.config = config
-        self.model = SimBody(config, device, dtype)
+        self.model = SimBody(config, device, dtype, launches)
         self.lm_head = SimHead(config.vocab_size, config.hidden_size, device, dtype)
 
     def forward(self, input_ids=None, logits_to_keep=0, **kwargs):
@@ -353,12 +468,15 @@ def device_pooler():
     fused.Pooler = run.Pooler = DevicePooler
 
 
-def simulated_model(shape: str, config, tokenizer, dtype=torch.bfloat16):
-    """A `LoadedModel` of `config`'s shape on the simulated device (module docstring), and its `Device`."""
+def simulated_model(shape: str, config, tokenizer, dtype=torch.bfloat16, gpu_like: bool = False):
+    """A `LoadedModel` of `config`'s shape on the simulated device (module docstring), and its `Device`.
+    `gpu_like`: the device queued and each block's launches paid on the host (`Device`, `Launches`)."""
     from babelprobe.models import LoadedModel, Parts
 
-    device = Device(device_rates(shape, config, dtype))
-    model = SimCausalLM(config, device, dtype).eval()
+    device = Device(device_rates(shape, config, dtype), queued=gpu_like)
+    CLOCK[:] = [device]
+    launches = Launches(config.num_hidden_layers) if gpu_like else None
+    model = SimCausalLM(config, device, dtype, launches).eval()
     body = model.model
     parts = Parts(body=body, embed=body.embed_tokens, layers=body.layers, final_norm=body.norm, head=model.lm_head,
                   softcap=None, device=None)  # outputs stay on the simulated device

@@ -122,7 +122,7 @@ def synthetic_items(pairs: int, languages: tuple[str, ...], seed: int = 0) -> pd
 def build_model(shape: str, device: str, dtype: str | None, texts: list[str], tokenizer_dir: str | None = None):
     """The model of `shape` on `device`; on the simulated device (perf/simulated.py) a stand-in of that
     shape, whose `Device` clock is `lm.simulated` (None on a real device)."""
-    if shape == "default" and device != "simulated":
+    if shape == "default" and not device.startswith("simulated"):
         lm = load_model("default", device=device, dtype=dtype)
         lm.simulated = None
         return lm
@@ -138,11 +138,14 @@ def build_model(shape: str, device: str, dtype: str | None, texts: list[str], to
     else:
         config = LlamaConfig(vocab_size=len(tokenizer), max_position_embeddings=8192, bos_token_id=2,
                              eos_token_id=1, pad_token_id=0, tie_word_embeddings=False, **SHAPES[shape])
-    if device == "simulated":
-        from simulated import device_pooler, simulated_model
+    if device.startswith("simulated"):
+        from simulated import device_pooler, queued_reads, simulated_model
 
+        gpu_like = device == "simulated-gpu"
         device_pooler()  # this process only: extraction's pooling on the simulated device, as on a GPU
-        lm, clock = simulated_model(shape, config, tokenizer, parse_dtype(dtype) or torch.bfloat16)
+        if gpu_like:
+            queued_reads()  # ... and its reads back queued, as on a GPU
+        lm, clock = simulated_model(shape, config, tokenizer, parse_dtype(dtype) or torch.bfloat16, gpu_like=gpu_like)
         lm.simulated = clock
         return lm
     torch_dtype = parse_dtype(dtype) or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
@@ -207,6 +210,8 @@ class Meter:
             self._sampling = True
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
+        if self.clock is not None:
+            self.clock.wait()
         self.device_start = self.clock.busy if self.clock is not None else 0.0
         self.queued_start = run_queue_wait()
         self.start, self.cpu_start = time.perf_counter(), time.process_time()
@@ -215,11 +220,15 @@ class Meter:
     def __exit__(self, *exc):
         if self.cuda:
             torch.cuda.synchronize()
+        if self.clock is not None:
+            self.clock.wait()  # queued work of the phase done (the synchronous device's is)
         self.seconds = time.perf_counter() - self.start
         self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
         self.queued = run_queue_wait() - self.queued_start  # the calling thread's, on a loaded machine
         if self.clock is not None:
             self.device_seconds = self.clock.busy - self.device_start
+            if self.clock.queued:  # the device's busy share, as NVML gives it on a GPU
+                self.busy = [min(1.0, self.device_seconds / self.seconds)]
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
         if self.cuda:
             self._sampling = False
@@ -275,7 +284,7 @@ BASELINE_NAMES = {"direct": "HF forward, all logits", "meta": "HF forward, all l
 
 
 def run(args) -> tuple[list[dict], dict]:
-    device = torch.device("cpu" if args.device == "simulated" else args.device)
+    device = torch.device("cpu" if args.device.startswith("simulated") else args.device)
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")), seed=args.seed)
     if args.pairs == 1:  # one pair per cell cannot be split into pair-grouped folds: probe per language
         items["subset"] = "all"
@@ -547,8 +556,8 @@ def projection(rows: list[dict], header: dict) -> str:
 
 
 def hardware(device: str) -> str:
-    if device == "simulated":
-        return f"a simulated H200 (perf/simulated.py) on CPU ({platform.processor() or platform.machine()})"
+    if device.startswith("simulated"):
+        return f"a simulated H200{' (queued, launches paid)' if device == 'simulated-gpu' else ''} (perf/simulated.py) on CPU ({platform.processor() or platform.machine()})"
     if device.startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
@@ -571,8 +580,9 @@ def main(argv: list[str] | None = None) -> int:
                         "fewer; with 1, one probe group per language (pair-grouped folds cannot split a single pair)")
     parser.add_argument("--languages", default=",".join(XCOMPS_LANGUAGES))
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cuda, cpu, or simulated (perf/simulated.py: a stand-in of --shape that holds the "
-                        "thread for the measured device time)")
+                        help="cuda, cpu, simulated (perf/simulated.py: a stand-in of --shape that holds the "
+                        "thread for the measured device time) or simulated-gpu (the stand-in's work queued as a GPU's, "
+                        "the host paying each block's launches and waiting where a GPU run waits)")
     parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA and simulated, fp32 on CPU)")
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--store-dtype", choices=("float32", "float16", "bfloat16"),

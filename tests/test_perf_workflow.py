@@ -51,12 +51,16 @@ def test_workflow_smoke_run_reports_every_phase(tmp_path):
     assert "the whole XCOMPS (244,256 pairs)" in table
 
 
-def test_the_simulated_device_reports_host_device_and_overlap(tmp_path):
+@pytest.mark.parametrize("device", ["simulated", "simulated-gpu"])
+def test_the_simulated_device_reports_host_device_and_overlap(tmp_path, device):
     """The acceptance measure of issue 40 item 4 at a tiny size: host and simulated device ms per pair and
-    wall / max(host, device) for every model phase, extraction fused into direct scoring."""
+    wall / max(host, device) for every model phase, extraction fused into direct scoring; the queued device
+    (`simulated-gpu`) also gives its busy share, as NVML gives a GPU's."""
     report, phases, table = run_workflow(tmp_path, "--shape", "tiny", "--pairs", "2", "--languages", "de,zh",
-                                         "--device", "simulated", "--sweep-tokens", "200", "--probe-layers", "0",
+                                         "--device", device, "--sweep-tokens", "200", "--probe-layers", "0",
                                          "--profile", str(tmp_path / "meta.json.gz"))
+    if device == "simulated-gpu":
+        assert all(0 <= phases[name]["gpu_busy"] <= 1 for name in ("direct", "meta"))  # tiny: ~0 busy
     assert "simulated" in report["run"]["hardware"] and "wall/max(host, device)" in table
     # the meta phase profiled: its Chrome trace (the stand-in's operators) and the operators' totals
     with gzip.open(tmp_path / "meta.json.gz", "rt") as trace:
@@ -68,6 +72,37 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path):
         assert row["host_ms_per_pair"] > 0 and row["device_ms_per_pair"] > 0 and row["overlap"] > 0, name
     assert phases["extract"]["floor"] == "fused into direct"
     assert phases["probe"]["seconds"] > 0  # README's command probes layer 0 only (--probe-layers)
+
+
+def test_the_queued_simulated_device_runs_beside_the_host_and_waits_where_a_gpu_waits():
+    """`--device simulated-gpu`'s clock (perf/simulated.py `Device(queued=True)`), on a clock of its own: work
+    starts when the work before it is done or when it is launched, whichever is later; a launch returns at
+    once; a synchronisation waits for what was queued; the synchronous device holds the thread at once."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import simulated
+
+    now, slept = [0.0], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    rates = simulated.Rates(1.0, 1.0, "test")
+    device = simulated.Device(rates, queued=True, clock=lambda: now[0], sleep=sleep)
+    device.charge(2.0)  # launched at 0: done at 2
+    now[0] = 0.5
+    device.charge(1.0)  # queued behind it: done at 3
+    device.settle()
+    assert slept == [] and device.free_at == 3.0  # the host goes on
+    now[0] = 5.0
+    device.charge(1.0)  # launched after the device went idle at 3: done at 6
+    device.wait()
+    assert slept == [1.0] and now[0] == 6.0 and device.busy == 4.0
+    held = simulated.Device(rates, clock=lambda: now[0], sleep=sleep)
+    held.charge(2.0)
+    held.wait()  # nothing queued: the synchronous device has done its work when its thread comes back
+    held.settle()
+    assert slept == [1.0, 2.0]
 
 
 def test_trace_gaps_names_the_host_work_the_device_waited_for():

@@ -171,8 +171,11 @@ def test_nested_settings_are_given_read_and_recorded_flat():
     assert (settings.folds, settings.fold_scheme, settings.reduction) == (5, "plain", "mean")
     record = settings_record(settings)
     assert record == {"protocol": "paper", "folds": 5, "fold_scheme": "plain", "seed": 3, "pool": "last",
-                      "rule": "sum", "reduction": "mean", "prompts": "xcomps", "conditional": False, "layers": "peak"}
+                      "rule": "sum", "reduction": "mean", "prompts": "xcomps", "conditional": False, "layers": "peak",
+                      "store_dtype": None}
     assert from_record(CompareSettings, record) == settings
+    older = {k: v for k, v in record.items() if k != "store_dtype"}  # compare.json before --store-dtype
+    assert from_record(CompareSettings, older) == settings
     assert settings.stage("neuro") == {"protocol": "paper", "folds": 5, "fold_scheme": "plain", "seed": 3,
                                        "pool": "last"}
     with pytest.raises(BabelprobeError, match="--protocol paper runs --fold-scheme plain"):
