@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -634,3 +635,38 @@ def _file_sha256(path: Path) -> str:
     tmp.write_text(json.dumps(memo))
     os.replace(tmp, memo_file)
     return memo[key]
+
+
+SYNC_FREE_SDPA = "babelprobe_sdpa"  # transformers' SDPA, its mask always built (`sync_free_attention`)
+
+
+@contextmanager
+def sync_free_attention(lm: LoadedModel):
+    """The body's attention as `SYNC_FREE_SDPA` inside the block when it is transformers' SDPA: the same
+    attention and mask functions, the mask always built. transformers' own first reads the mask back
+    (`padding_mask.all()`) to see whether it may skip it, which makes the host wait for the device at every
+    pass, so that the next pass is never queued while one runs (perf/simulated.py's queued device, meta at the
+    8B shape: busy 0.75 with that wait, 0.89-0.92 without). Other implementations are left as they are."""
+    config = getattr(lm.parts.body, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        yield
+        return
+    _register_sync_free_sdpa()
+    config._attn_implementation = SYNC_FREE_SDPA
+    try:
+        yield
+    finally:
+        config._attn_implementation = "sdpa"
+
+
+def _register_sync_free_sdpa() -> None:
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import sdpa_mask
+
+    def always_built(*args, **kwargs):
+        kwargs["allow_is_causal_skip"] = False  # the skip's test is the device read
+        return sdpa_mask(*args, **kwargs)
+
+    AttentionInterface.register(SYNC_FREE_SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(SYNC_FREE_SDPA, always_built)

@@ -19,7 +19,8 @@ simulated-gpu` queues the work as a GPU does (a launch returns at once; the devi
 and makes the host pay what a real forward's launches cost (`Launches`: each block runs a real transformers
 Llama decoder layer's operators at width 64, so the Python, the dispatch and the turns at the GIL are a real
 model's), and waits where a GPU run waits: transformers' check of the attention mask at the start of each
-forward (`padding_mask.all()` reads a device value), `.item()` and plain reads back; babelprobe's page-locked
+forward (`padding_mask.all()` reads a device value; not under babelprobe's `prefix.SYNC_FREE_SDPA`), `.item()`
+and plain reads back; babelprobe's page-locked
 reads back per chunk and per extraction batch wait, like a CUDA event, only for the work queued before them
 (`queued_reads`). Its busy share is the column NVML fills on a GPU.
 
@@ -382,6 +383,7 @@ class SimBody(nn.Module):
 
     def __init__(self, config, device: Device, dtype, launches: Launches | None = None):
         super().__init__()
+        config._attn_implementation = config._attn_implementation or "sdpa"  # a real model's default
         self.config, self.dtype, self.device, self.launches = config, dtype, device, launches
         heads = config.num_attention_heads
         kv = (config.num_key_value_heads or heads, getattr(config, "head_dim", None) or config.hidden_size // heads)
@@ -395,7 +397,7 @@ class SimBody(nn.Module):
         from transformers.modeling_outputs import BaseModelOutputWithPast
 
         cache = cache if cache is not None else past_key_values  # transformers before 5.2x: past_key_values
-        if attention_mask is not None:
+        if attention_mask is not None and self.config._attn_implementation == "sdpa":
             self.device.wait()  # transformers' SDPA mask check reads the mask's value (`padding_mask.all()`)
         if self.launches is not None:
             self.launches.start()

@@ -117,3 +117,27 @@ def test_nothing_to_score_and_truncation():
     assert scored[0].n_tokens == 0 and not scored[0].spans_join  # empty continuation
     assert scored[1].truncated and scored[1].n_tokens == 0  # the answer was cut off
     np.testing.assert_allclose(scored[2].logprobs, reference(lm, "A dog can bark.", 2), atol=2e-5)
+
+
+def test_passes_never_read_the_mask_back(monkeypatch):
+    """transformers' SDPA mask check (`_ignore_causal_mask_sdpa`: `padding_mask.all()`, a device read on a GPU)
+    is not made in the prefix tree's passes (`prefix.sync_free_attention`), the attention is SDPA as before,
+    and the model's setting is restored afterwards."""
+    import transformers.masking_utils as masking
+
+    lm = MODELS["gemma3-mixed-sdpa"]()  # sliding and full layers: both masks made without the check
+    config = lm.parts.body.config
+    assert config._attn_implementation == "sdpa"
+    texts, starts = requests()
+    expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
+
+    def read_back(*args, **kwargs):
+        raise AssertionError("the mask was read back")
+
+    monkeypatch.setattr(masking, "_ignore_causal_mask_sdpa", read_back)
+    scored = shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, chunk_tokens=50, progress=False)
+    for s, e in zip(scored, expected):
+        np.testing.assert_allclose(s.logprobs, e, atol=2e-5)
+    assert config._attn_implementation == "sdpa"
+    with pytest.raises(AssertionError, match="read back"):  # transformers' own path does read it
+        lm.parts.body(input_ids=torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[0, 1, 1]]))

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.benchmarks.core.options import REDUCTIONS
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import Encoding, LoadedModel, length_batches, pad_host, to_device
+from babelprobe.models import Encoding, LoadedModel, length_batches, pad_host, sync_free_attention, to_device
 
 LOGIT_CHUNK_BYTES = 1 << 29  # fp32 logits materialised at once: 512 MiB (512 rows of the default model's
 # 262k vocabulary: the projection runs ~20% faster than at 256 rows on a CPU)
@@ -133,7 +133,7 @@ def run_logprobs(lm: LoadedModel, plan: LogprobPlan, progress: bool = False, dur
     given, is a context manager entered around each batch's forward (a capture of its hidden states)."""
     bar = tqdm(total=plan.n_tokens, unit="tok", desc="scoring", disable=not progress, dynamic_ncols=True)
     pending = []
-    with torch.inference_mode():
+    with torch.inference_mode(), sync_free_attention(lm):
         for batch in plan.batches:
             inputs = to_device(batch["inputs"], lm.device)
             pending.append(_score_batch(lm, inputs, batch, during))

@@ -17,6 +17,8 @@ compute is proportional to every token in the batch, rows × (longest past + lon
 the token budget; on an accelerator, whose cost per forward pass is mostly fixed overhead unless the batch is
 large, the budget bounds the new tokens (rows × longest segment), and the copied past may be
 `PAST_PER_TOKEN` times as large (it costs memory and bandwidth, not matmuls).
+
+The passes run under `models.sync_free_attention` (transformers' SDPA without its per-pass read of the mask).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from babelprobe.benchmarks.core.logprobs import (
     _distinct_requests,
     _gathered_logprobs,
 )
-from babelprobe.models import LoadedModel
+from babelprobe.models import LoadedModel, sync_free_attention
 
 PAST_PER_TOKEN = 8  # accelerators: past tokens copied per token of the budget (KV memory, not compute)
 STACK_KV = True  # keep alike layers' keys and values in one tensor (False: per layer, as a dispatched model)
@@ -132,7 +134,7 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
     one read back."""
     bar = tqdm(total=plan.n_tokens, unit="tok", desc="scoring", disable=not progress, dynamic_ncols=True)
     pending = []
-    with torch.inference_mode():
+    with torch.inference_mode(), sync_free_attention(lm):
         for n_nodes, batches in plan.chunks:
             kept = _NodeKV(n_nodes)
             for batch in batches:
