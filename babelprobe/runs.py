@@ -133,7 +133,8 @@ def partial_dir(out: str | Path) -> Path:
 
 class TokenMeter:
     """Counts the real tokens of every forward pass of a model's body while it is open (a forward pre-hook;
-    padding left out), and shows the count on a progress bar: the bar of `score_resumably` moves by
+    padding left out on a CPU; on an accelerator the positions, padding included, since reading the mask back
+    would make the host wait for the device at every pass), and shows the count on a progress bar: the bar of `score_resumably` moves by
     finished chunks of units, the count moves with every batch inside one, so a long chunk (a language's
     interventions, a chunk of patched pairs) is seen working rather than jumping from 0 to N at its end."""
 
@@ -155,7 +156,10 @@ class TokenMeter:
         counted = mask if mask is not None else ids if ids is not None else kwargs.get("inputs_embeds")
         if counted is None:
             return
-        self.tokens += int(counted.sum()) if mask is not None else int(counted.shape[0] * counted.shape[1])
+        if mask is not None and mask.device.type == "cpu":
+            self.tokens += int(mask.sum())
+        else:  # on an accelerator the mask's sum is a read back, a wait for the device at every pass: positions
+            self.tokens += int(counted.shape[0] * counted.shape[1])
         if self.bar is not None and not self.bar.disable:
             self.bar.set_postfix_str(f"{self.tokens:,} tokens run", refresh=False)
             self.bar.update(0)  # redraws at most every `mininterval` seconds

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import babelprobe as bp
 from babelprobe.benchmarks.direct import score_direct
@@ -33,6 +34,15 @@ def test_the_meter_counts_the_real_tokens_of_every_forward_pass_whatever_the_pad
         score_direct(tiny, items, batch_tokens=batch_tokens, padding_side=padding_side, progress=False)
     assert meter.tokens == real_tokens(tiny, items["text"])
     assert not tiny.parts.body._forward_pre_hooks  # the hook went with the meter
+
+
+def test_on_an_accelerator_the_meter_counts_positions_without_reading_the_mask(tiny):
+    """A mask on another device than the CPU is not read back (its sum would make the host wait for the device
+    at every pass): the meter counts its positions. A meta-device mask has no values to read."""
+    meter = TokenMeter(tiny)
+    meter._count(None, (), {"attention_mask": torch.ones(3, 5, dtype=torch.long, device="meta")})
+    meter._count(None, (), {"attention_mask": torch.tensor([[0, 1, 1], [1, 1, 1]])})  # a CPU mask: its real tokens
+    assert meter.tokens == 15 + 5
 
 
 class Recorder:
