@@ -56,7 +56,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 [ -f "$TOK/tokenizer.json" ] || { echo "no $TOK: run 'bash perf/gpu_check.sh prepare' here and carry .gpu"; exit 2; }
 WORK=/tmp/bp-work
-# DEVICE=simulated tries the steps on a machine without a GPU (perf/simulated.py)
+# DEVICE=simulated-gpu (or simulated) tries the steps on a machine without a GPU (perf/simulated.py)
 COMMON=(--shape llama-3.1-8b --device "${DEVICE:-cuda}" --tokenizer "$TOK" --batch-tokens 16384 --tmp "$WORK")
 # step NAME LIMIT ARGS...: one workflow run, its table and log tail in $OUT, its run directory removed after
 step() {
