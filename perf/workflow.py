@@ -350,15 +350,18 @@ def warm_up(lm) -> None:
 
 
 def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
-    """`compare` into a fresh directory, each phase timed; the first run records the model and solver calls."""
+    """`compare` into a fresh directory, each phase timed; the first run records the model and solver calls
+    for the floors' replay (not with `--no-floors`: the solver's calls hold every group's activations, 66 GB
+    for a quarter of XCOMPS at the 8B shape)."""
     phases: dict[str, Meter] = {}
     stage, ensure_store = RunDir.stage, comparison._ensure_store
-    recording = not calls.calls
+    first, calls.rounds = not getattr(calls, "rounds", 0), getattr(calls, "rounds", 0) + 1
+    recording = first and not args.no_floors
 
     def timed_stage(self, name, settings, produce, output, read):
         calls.phase = name if recording else None
         fits.recording = recording and name == "neuro"
-        if recording and args.profile and name == args.profile_phase:
+        if first and args.profile and name == args.profile_phase:
             produce = profiled(produce, Path(args.profile), device)
         try:
             with Meter(device, lm.simulated) as phases[name]:
