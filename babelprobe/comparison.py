@@ -81,6 +81,11 @@ class CompareSettings(Nested):
             raise BabelprobeError(f"--layers {self.layers!r}: the per-pair neuro view takes 'peak' or one layer")
 
     @property
+    def new_store_dtype(self) -> str:
+        """The dtype of a store this comparison makes (`store_dtype`, float32 when not asked)."""
+        return self.store_dtype or "float32"
+
+    @property
     def description(self) -> str:
         return describe(self)
 
@@ -193,7 +198,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", settings.meta),
                      out / "meta.csv", read_table) if asks_meta else None
     store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool,
-                                 dtype=settings.store_dtype or "float32", backend=backend, source=source,
+                                 dtype=settings.new_store_dtype, backend=backend, source=source,
                                  batch_tokens=runtime.batch_tokens, progress=runtime.progress,
                                  written=fused)
     from babelprobe.probes import ProbeResult, probe
@@ -278,7 +283,7 @@ def _fused_direct(lm, items, out: Path, acts: Path, settings: CompareSettings, b
     from babelprobe.extract.settings import ExtractSettings
 
     def produce():
-        store = ExtractSettings(pool=settings.pool, dtype=settings.store_dtype or "float32")
+        store = ExtractSettings(pool=settings.pool, dtype=settings.new_store_dtype)
         capture = StoreCapture(lm, items, acts, store, batch_tokens=batch_tokens, source=source, overwrite=overwrite)
         with capture:
             return score_direct_capturing(lm, items, out / "direct.csv", settings.direct, capture,

@@ -321,10 +321,16 @@ def queued_reads() -> None:
         rows, rows.sim_done_at = queued(lambda: result_async(self))
         return rows
 
-    Readback.__init__ = init
-    Readback.wait = lambda self: (until(self.sim_done_at), readback_wait(self))[1]
-    Pooler.result_async = pooled
-    PooledRows.wait = lambda self: (until(getattr(self, "sim_done_at", 0.0)), rows_wait(self))[1]
+    def readback_waited(self):
+        until(self.sim_done_at)
+        return readback_wait(self)
+
+    def rows_waited(self):
+        until(getattr(self, "sim_done_at", 0.0))
+        return rows_wait(self)
+
+    Readback.__init__, Readback.wait = init, readback_waited
+    Pooler.result_async, PooledRows.wait = pooled, rows_waited
 
 
 class Launches:
