@@ -637,7 +637,7 @@ def _file_sha256(path: Path) -> str:
     return memo[key]
 
 
-SYNC_FREE_SDPA = "babelprobe_sdpa"  # transformers' SDPA, its mask always built (`sync_free_attention`)
+SYNC_FREE_SDPA = "babelprobe_sdpa"  # transformers' SDPA, its mask always built, no cuDNN (`sync_free_attention`)
 
 
 @contextmanager
@@ -646,7 +646,12 @@ def sync_free_attention(lm: LoadedModel):
     attention and mask functions, the mask always built. transformers' own first reads the mask back
     (`padding_mask.all()`) to see whether it may skip it, which makes the host wait for the device at every
     pass, so that the next pass is never queued while one runs (perf/simulated.py's queued device, meta at the
-    8B shape: busy 0.75 with that wait, 0.89-0.92 without). Other implementations are left as they are."""
+    8B shape: busy 0.75 with that wait, 0.89-0.92 without). Other implementations are left as they are.
+
+    Nor does it let torch pick cuDNN's attention (`without_cudnn_attention`): torch 2.5+ sends a masked SDPA to
+    cuDNN first on Hopper and newer, and cuDNN builds a plan for every new shape on the host (a prefix tree's
+    passes all differ): on an H200 the meta phase's GPU sat idle 12 of 20 s inside `_cudnn_attention_forward`
+    (2026-11-27, perf/gpu_check.sh look). The memory-efficient kernel takes the same masks without a plan."""
     config = getattr(lm.parts.body, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa":
         yield
@@ -668,5 +673,20 @@ def _register_sync_free_sdpa() -> None:
         kwargs["allow_is_causal_skip"] = False  # the skip's test is the device read
         return sdpa_mask(*args, **kwargs)
 
-    AttentionInterface.register(SYNC_FREE_SDPA, sdpa_attention_forward)
+    def sdpa_without_cudnn(*args, **kwargs):
+        with without_cudnn_attention():
+            return sdpa_attention_forward(*args, **kwargs)
+
+    AttentionInterface.register(SYNC_FREE_SDPA, sdpa_without_cudnn)
     AttentionMaskInterface.register(SYNC_FREE_SDPA, always_built)
+
+
+@contextmanager
+def without_cudnn_attention():
+    """torch's SDPA with its cuDNN backend switched off inside the block (the others as the user left them)."""
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)

@@ -5,6 +5,8 @@
 #   here, once:         bash perf/gpu_check.sh prepare   # the default tokenizer's files into .gpu/ (ignored)
 #   there, first call:  bash perf/gpu_check.sh run       # the device tool: carry [".gpu"], timeout_s 600
 #   there, if time is left (a fresh start costs ~30 s):  bash perf/gpu_check.sh floors   (or: solver)
+#   or, split: `look` first (both model phases profiled at 2,040 pairs, then every floor at 9,180: ~5.5 min),
+#   then `LIMIT=S bash perf/gpu_check.sh quarter` (C alone, in a call of S seconds)
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -86,6 +88,21 @@ run)
     say "C: the workflow at a quarter of XCOMPS (61,064 pairs)"
     step quarter $(( 585 - $(date +%s) + START )) --pairs quarter --no-floors --store-dtype bfloat16
     ;;
+quarter)
+    # C alone, in a call of LIMIT seconds (default 585; a session with less device time left gives less)
+    say "C: the workflow at a quarter of XCOMPS (61,064 pairs)"
+    step quarter $(( ${LIMIT:-585} - $(date +%s) + START )) --pairs quarter --no-floors --store-dtype bfloat16
+    ;;
+look)
+    # before changing the engine: where both model phases wait, and every floor, in one call of ~5 min
+    say "P: the meta phase profiled at 2,040 pairs"
+    step profile-meta 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/meta-trace.json.gz"
+    say "P: the direct phase (with its fused extraction) profiled at 2,040 pairs"
+    step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
+        --profile-phase direct
+    say "A: the workflow at 9,180 pairs with every floor"
+    step floors-135 $(( 330 - $(date +%s) + START )) --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
+    ;;
 floors)
     say "A: the workflow at 9,180 pairs with every floor"
     step floors-135 240 --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
@@ -95,7 +112,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, run, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, run, quarter, look, floors or solver"; exit 2
     ;;
 esac
 say "done"

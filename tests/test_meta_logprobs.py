@@ -141,3 +141,22 @@ def test_passes_never_read_the_mask_back(monkeypatch):
     assert config._attn_implementation == "sdpa"
     with pytest.raises(AssertionError, match="read back"):  # transformers' own path does read it
         lm.parts.body(input_ids=torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[0, 1, 1]]))
+
+
+def test_passes_keep_cudnn_attention_off(monkeypatch):
+    """torch's cuDNN attention builds a plan on the host for every new shape (a prefix tree's passes all differ),
+    so the scorers' passes switch that backend off for their own attention calls only (`without_cudnn_attention`)
+    and the user's setting is back afterwards."""
+    lm = MODELS["gemma3-mixed-sdpa"]()
+    sdpa, seen = torch.nn.functional.scaled_dot_product_attention, []
+
+    def recording(*args, **kwargs):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", recording)
+    texts, starts = requests()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, progress=False)
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()

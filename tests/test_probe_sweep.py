@@ -349,3 +349,25 @@ def test_solver_choice_and_iterations_are_recorded(small, tmp_path):
     assert written["solver_record"] == record
     both = reference.table.merge(result.table, on=["language", "subset", "layer"])
     assert np.abs(both["f1_mean_x"] - both["f1_mean_y"]).max() <= 0.01
+
+
+def test_groups_read_to_the_solvers_device_give_the_same_tables(small, monkeypatch):
+    """On an accelerator each group is read straight to the solver's device (`run.accelerator`): stood in
+    for by the CPU as a torch device here, the tables equal those of the host's numpy reads."""
+    import babelprobe.probes.run as run
+
+    keys, X, path = small
+    tiny = dict(n_boot=50, controls="shuffle", workers=1, memory_gb=1e-4)  # read group by group, not all at once
+    host = run_probes(path, **tiny)
+    monkeypatch.setattr(run, "accelerator", lambda device: torch.device("cpu"))
+    read, reads = run.read_checked, []
+
+    def spying(*args, device=None):
+        reads.append(read(*args, device=device))
+        return reads[-1]
+
+    monkeypatch.setattr(run, "read_checked", spying)
+    on_device = run_probes(path, **tiny)
+    assert reads and all(isinstance(X, torch.Tensor) for X in reads)
+    for name in ("table", "folds", "oof", "peaks"):
+        pd.testing.assert_frame_equal(getattr(host, name), getattr(on_device, name), check_exact=False, atol=1e-6)

@@ -84,6 +84,43 @@ def test_reads_of_consecutive_and_scattered_rows_across_chunks_and_shards(tmp_pa
             np.testing.assert_array_equal(store.read_layers(layers, rows=rows), expected[rows][:, layers])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_reads_to_a_device_decode_there_to_the_same_values(tmp_path, dtype):
+    """A read with `device` (the probe phase on a GPU: stored bits copied, decoded by torch there) gives the
+    host read's values bit for bit, consecutive and scattered rows, one shard or two, any layer order."""
+    n, d = 700, 2048
+    last = activations(n, layers=3, d=d, scale=5.0)
+    write_store(tmp_path / "s", make_keys(n), last, dtype=dtype, shard_size=400)
+    store = open_store(tmp_path / "s")
+    for rows in (np.arange(100, 650), np.r_[5:300, 3, 399:401, 690:700]):
+        for layers in ([0, 1, 2], [2, 0]):
+            on_device = store.read_layers(layers, rows=rows, device=torch.device("cpu"))
+            assert isinstance(on_device, torch.Tensor) and on_device.dtype == torch.float32
+            np.testing.assert_array_equal(on_device.numpy(), store.read_layers(layers, rows=rows))
+
+
+def test_a_device_read_refuses_nan_naming_the_item(tmp_path):
+    """The check of a read to a device runs there; a NaN is named by layer and item as on the host."""
+    from babelprobe.probes.source import read_checked
+
+    keys, last = make_keys(40), activations(40, layers=3, d=16)
+    write_store(tmp_path / "s", keys, last, dtype="bfloat16", shard_size=400)
+    store, rows = open_store(tmp_path / "s"), np.arange(40)
+
+    class Rotten:  # the store's values with one NaN, as a shard edited behind its checksum would give
+        keys = store.keys
+
+        def read_layers(self, layers, rows, pool, device=None):
+            X = store.read_layers(layers, rows=rows, pool=pool, device=device)
+            X[7, 2, 5] = float("nan")
+            return X
+
+    with pytest.raises(BabelprobeError, match=rf"layer 2 are NaN or inf for item '{keys['item_id'][7]}'"):
+        read_checked(Rotten(), rows, [0, 1, 2], "last", "g", device=torch.device("cpu"))
+    fine = read_checked(store, rows, [0, 1, 2], "last", "g", device=torch.device("cpu"))
+    np.testing.assert_array_equal(fine.numpy(), store.read_layers([0, 1, 2], rows=rows))
+
+
 def test_compression_round_trip(tmp_path):
     keys, last = make_keys(30), activations(30)
     for method in ("lzf", "gzip"):

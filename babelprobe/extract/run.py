@@ -20,6 +20,7 @@ How a run goes:
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,7 +37,7 @@ from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
-from babelprobe.models import length_batches, pad_batch
+from babelprobe.models import length_batches, pad_batch, sync_free_attention
 from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
 
@@ -302,7 +303,8 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                                          if k not in shards and writer.shard_is_done(k)]
     start = time.perf_counter()
     clock, fill = ForwardClock(lm.device), min_fill(lm.device)
-    with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode():
+    attention = sync_free_attention(lm) if backend_name == "hf" else nullcontext()
+    with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode(), attention:
         runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock)
         background = BackgroundWriter(writer, keys, (len(layers), lm.d_model), records,
                                       update_manifest=world.size == 1, threaded=remote != "local")

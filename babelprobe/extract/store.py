@@ -108,6 +108,24 @@ def decode_into(stored: np.ndarray, dtype: str, out: np.ndarray) -> None:
         out[...] = stored
 
 
+def _decode_to(stored: np.ndarray, dtype: str, target) -> None:
+    """`decode_into` a float32 numpy array, or into a torch tensor on its device: the stored bits are copied
+    there as they are and decoded by torch (bfloat16 bits are bfloat16 to torch)."""
+    if isinstance(target, np.ndarray):
+        decode_into(stored, dtype, target)
+        return
+    torch = _torch()
+    source = torch.from_numpy(stored.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else \
+        torch.from_numpy(stored)
+    target.copy_(source.to(target.device))
+
+
+def _torch():
+    import torch  # only where a read goes to a device: the store's other users need no torch
+
+    return torch
+
+
 def storage_dtype(dtype: str):
     return {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
 
@@ -622,14 +640,17 @@ class Store:
         """float32 [len(rows), d_model]: the `pool` activations of `layer` (DESIGN numbering) for `rows`."""
         return self.read_layers([layer], rows, pool)[:, 0, :]
 
-    def read_layers(self, layers=None, rows=None, pool: str = "last") -> np.ndarray:
-        """float32 [len(rows), len(layers), d_model] for `layers` (default: all stored) and `rows`."""
+    def read_layers(self, layers=None, rows=None, pool: str = "last", device=None):
+        """float32 [len(rows), len(layers), d_model] for `layers` (default: all stored) and `rows`: a numpy
+        array, or with `device` a torch tensor there, the stored values copied as stored and decoded on the
+        device (a bfloat16 store moves half the bytes and the host decodes nothing)."""
         layers = self.layers if layers is None else [int(x) for x in np.atleast_1d(layers)]
         columns = [self._layer_column(x) for x in layers]
         if pool not in self.pools:
             raise BabelprobeError(f"store {self.path} has no {pool!r} pooling; it has {', '.join(self.pools)}")
         rows = self._rows(rows)
-        out = np.empty((len(rows), len(layers), self.d_model), dtype=np.float32)
+        shape = (len(rows), len(layers), self.d_model)
+        out = np.empty(shape, dtype=np.float32) if device is None else _torch().empty(shape, device=device)
         shard_of = np.searchsorted(self._stops, rows, side="right")
         for k in np.unique(shard_of):
             where = np.flatnonzero(shard_of == k)
@@ -650,18 +671,21 @@ class Store:
             for start, stop, at in runs:
                 target = out[at:at + stop - start]
                 if span is not None:
-                    decode_into(ds[start:stop, span, :], dtype, target)
+                    _decode_to(ds[start:stop, span, :], dtype, target)
                 else:
                     for i, column in enumerate(columns):
-                        decode_into(ds[start:stop, column, :], dtype, target[:, i, :])
+                        _decode_to(ds[start:stop, column, :], dtype, target[:, i, :])
             return
         for first, last in _runs(np.unique(chunk_of), READ_RUN_CHUNKS):  # scattered rows: whole chunks, picked
             r0, r1 = first * chunk_rows, min(len(ds), (last + 1) * chunk_rows)
             inside = (local >= r0) & (local < r1)
             picked = local[inside] - r0
+            on_host = isinstance(out, np.ndarray)
+            at = where[inside] if on_host else _torch().from_numpy(where[inside]).to(out.device)
             for i, column in enumerate(columns):
                 block = ds[r0:r1, column, :]
-                out[where[inside], i, :] = decode_array(block[picked], dtype)
+                values = decode_array(block[picked], dtype)
+                out[at, i, :] = values if on_host else _torch().from_numpy(values).to(out.device)
 
     def _layer_column(self, layer: int) -> int:
         if layer not in self.layers:

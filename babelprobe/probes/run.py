@@ -135,6 +135,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
     source = in_memory(store, layer_list, pool, memory_gb)  # after the cheap checks: fail fast
     groups = group_rows(keys, by)
     workers = group_workers(workers, solver, device, len(groups))
+    read_device = accelerator(device) if solver != "sklearn" else None  # groups decoded where they are solved
     share = memory_gb / workers  # the budget is shared by the groups in flight
     dtype = settings.dtype
     options = dict(n_folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed, Cs=Cs,
@@ -150,7 +151,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
         name = group_name(by, key)
 
         def read(chunk):
-            return read_checked(source, index, chunk, pool, name)
+            return read_checked(source, index, chunk, pool, name, device=read_device)
 
         at = keys.index.get_indexer(index)
         rows = {column: values[at] for column, values in columns.items()}  # numpy: pandas costs more than a fit
@@ -198,6 +199,14 @@ def group_workers(workers: int | None, solver: str, device, n_groups: int) -> in
     if resolve_device(device).type != "cpu":
         return min(2, n_groups)
     return max(1, min(torch.get_num_threads(), n_groups))
+
+
+def accelerator(device):
+    """The torch solver's device when it is not the CPU (a group's activations are read straight to it), else None."""
+    from babelprobe.probes.solvers import resolve_device
+
+    resolved = resolve_device(device)
+    return None if resolved.type == "cpu" else resolved
 
 
 def map_groups(fn, groups: list, workers: int, progress: bool) -> list:

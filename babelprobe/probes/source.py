@@ -126,15 +126,24 @@ def layer_chunks(layers: list[int], n_rows: int, d_model: int, memory_gb: float)
     return [layers[i:i + size] for i in range(0, len(layers), size)]
 
 
-def read_checked(store, rows: np.ndarray, layers: list[int], pool: str, group: str) -> np.ndarray:
+def read_checked(store, rows: np.ndarray, layers: list[int], pool: str, group: str, device=None):
     """float32 [len(rows), len(layers), d] read through the store, refusing NaN or inf with the group,
-    layer and item named."""
-    X = store.read_layers(layers, rows=rows, pool=pool)
-    if np.isfinite(X.sum()):  # one pass, no mask: a NaN or inf makes the sum NaN or inf (an overflow is rechecked)
+    layer and item named. With `device` (an accelerator the solver runs on) and a store on disk, a torch
+    tensor there: the stored bits are copied and decoded and checked on the device, not by the host."""
+    if device is not None and isinstance(store, ArrayStore):
+        device = None  # already decoded in memory: the solver copies it
+    X = store.read_layers(layers, rows=rows, pool=pool, **({} if device is None else {"device": device}))
+    if device is not None:
+        import torch
+
+        finite_of, where = torch.isfinite, lambda mask: torch.nonzero(mask)[0].tolist()
+    else:
+        finite_of, where = np.isfinite, lambda mask: np.argwhere(mask)[0]
+    if bool(finite_of(X.sum())):  # one pass, no mask: a NaN or inf makes the sum NaN or inf (an overflow is rechecked)
         return X
-    finite = np.isfinite(X)
-    if not finite.all():
-        row, j, _ = np.argwhere(~finite)[0]
+    finite = finite_of(X)
+    if not bool(finite.all()):
+        row, j, _ = where(~finite)
         item = store.keys["item_id"].iloc[int(rows[row])]
         raise BabelprobeError(f"group {group}: {pool} activations of layer {layers[j]} are NaN or inf for item "
                               f"{item!r}; re-extract in float32 or leave the item out")
