@@ -450,3 +450,136 @@ def test_intervene_draws_the_sae_ablation_figure_from_its_summary(tmp_path):
     fig = plan[0][1]()
     heights = sorted(round(p.get_height(), 6) for p in fig.axes[0].patches)
     assert heights == [-1.5, -0.5, 0.1, 0.1]
+
+
+# ------------------------------------------------------------- several layers at once (--also-sae)
+
+def saes_at(d: int, layers: tuple[int, ...], d_sae: int = 16) -> list[SAE]:
+    """Random JumpReLU SAEs reading `layers` (a low threshold: most features fire somewhere)."""
+    g = torch.Generator().manual_seed(7)
+    return [SAE(W_enc=torch.randn(d, d_sae, generator=g), W_dec=torch.randn(d_sae, d, generator=g),
+                b_enc=torch.zeros(d_sae), b_dec=torch.zeros(d), threshold=torch.full((d_sae,), 0.1), layer=layer)
+            for layer in layers]
+
+
+def released_layers_nll(lm, rows, saes, features) -> list[float]:
+    """SAE/inference.py with --modified_layer_num N, written out: for i < N,
+    add_hook_to_change_activation_ablation(layer + i) hooks model.layers[layer + i] (babelprobe layer
+    layer + i + 1) with that layer's own SAE and features, all at once; then compute_ce_loss (one text per
+    forward, Hugging Face's loss with the first label masked)."""
+    from tests.test_corpus_readout import deng_edit
+
+    def hook_for(sae, idx):
+        def hook(module, args, output):
+            act = output[0] if isinstance(output, tuple) else output
+            new = deng_edit(act, sae.W_dec, [int(i) for i in idx])
+            return (new, *output[1:]) if isinstance(output, tuple) else new
+        return hook
+
+    handles = [lm.parts.layers[sae.layer - 1].register_forward_hook(hook_for(sae, idx))
+               for sae, idx in zip(saes, features)]
+    losses = []
+    try:
+        with torch.inference_mode():
+            for row in rows:
+                ids = torch.tensor([row])
+                labels = ids.clone()
+                labels[:, 0] = -100
+                losses.append(float(lm.model(ids, labels=labels).loss))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return losses
+
+
+def lines_rows(lm, lines: list[str]) -> list[list[int]]:
+    return [[lm.bos_token_id, *lm.tokenizer(t, add_special_tokens=False)["input_ids"]] for t in lines]
+
+
+# the hooked blocks' outputs feed one or two more blocks of float32 arithmetic: ~1e-6 apart, as in
+# test_corpus_readout's one-layer case
+TWO_LAYER_RTOL = 1e-4
+
+
+def test_two_layers_ablated_at_once_equal_deng_et_al_s_hooks_at_both(tiny):
+    from babelprobe.interventions.corpus_readout import row_nll
+    from babelprobe.interventions.edits import Intervention
+    from babelprobe.sae.edits import ProjectionAblation
+    from tests.test_corpus_readout import LINES
+
+    saes, features = saes_at(tiny.d_model, (1, 2)), ([3, 7], [0, 5])
+    rows = lines_rows(tiny, LINES["de"])
+    with Intervention(tiny, {sae.layer: ProjectionAblation(sae, idx) for sae, idx in zip(saes, features)}):
+        ours = row_nll(tiny, rows)
+    np.testing.assert_allclose(ours, released_layers_nll(tiny, rows, saes, features), rtol=TWO_LAYER_RTOL)
+    # the second layer's edit counts: the first alone is another number
+    one = released_layers_nll(tiny, rows, saes[:1], features[:1])
+    assert np.abs(np.asarray(ours) - one).max() > 10 * TWO_LAYER_RTOL * np.abs(one).max()
+
+
+def top_by_hand(path, language: str) -> int:
+    """The language's most specific feature of a stats pass, ν by hand (latent_analysis.py: μ_L − mean of
+    the other languages' μ), from the sums `babelprobe sae` saved."""
+    with np.load(path) as z:
+        mu = z["sum_f"] / z["n_tokens"][:, None]
+        languages = [str(x) for x in z["languages"]]
+    g = languages.index(language)
+    nu = mu[g] - np.delete(mu, g, axis=0).mean(0)
+    return int(np.argmax(nu))
+
+
+def test_sae_also_sae_ablation_equals_the_released_two_layer_ce_loss(tmp_path, tiny, tiny_dir):
+    """`sae --sae L1 --also-sae L2 --protocol paper`, then intervene's CE readout of that directory: each
+    language's edit is its most specific feature at each layer (each ranked by its own SAE on the same
+    items), projected out at both layers in the same forward (inference.py --modified_layer_num 2)."""
+    from babelprobe.corpus import read_corpus
+    from babelprobe.interventions.corpus_readout import readout_rows
+    from tests.test_corpus_readout import corpus_folder
+
+    saes = saes_at(tiny.d_model, (1, 2))
+    folders = [save_sae(sae, tmp_path / f"sae{sae.layer}") for sae in saes]
+    out = tmp_path / "run"
+    argv = ["sae", "--model", tiny_dir, "--items", "xcomps-sample", "--languages", "en,de", "--limit", "2",
+            "--sae", folders[0], "--also-sae", folders[1], "--protocol", "paper", "--folds", "2", "--random", "1",
+            "--n-boot", "10", "--out", out, "--no-progress"]
+    assert main([str(a) for a in argv]) == 0
+    top = {language: [top_by_hand(out / "stats.npz", language), top_by_hand(out / "also" / "L2.npz", language)]
+           for language in ("en", "de")}
+    ablate = pd.read_csv(out / "ablate.csv").query("feature_set == 'language'")
+    assert {(r.language, str(r.features), r.also_features) for r in ablate.itertuples()} == {
+        (language, str(first), f"2: {second}") for language, (first, second) in top.items()}
+    assert set(pd.read_csv(out / "ablate.csv").query("feature_set != 'language'")["also_features"].str[:3]) == {"2: "}
+
+    folder = corpus_folder(tmp_path)
+    ppl = tmp_path / "ppl"
+    assert main([str(a) for a in ["intervene", "--model", tiny_dir, "--method", "sae", "--sae", out, "--readouts",
+                                  "ppl", "--corpus", folder, "--corpus-rows", "lines", "--ablate-mode", "projection",
+                                  "--random", "0", "--out", ppl, "--no-progress"]]) == 0
+    table = pd.read_csv(ppl / "corpus.csv").set_index(["off", "language"])
+    settings = type("S", (), {"corpus_rows": "lines", "window": 8, "tokens": None})()
+    for off, language in (("de", "ru"), ("en", "de")):
+        rows = readout_rows(tiny, read_corpus(folder), settings)[language]
+        assert rows == lines_rows(tiny, read_corpus(folder).heldout[language])
+        want = np.mean(released_layers_nll(tiny, rows, saes, [[top[off][0]], [top[off][1]]]))
+        assert table.loc[(off, language), "nll"] == pytest.approx(want, rel=TWO_LAYER_RTOL)
+        assert table.loc[(off, language), "also_features"] == f"2: {top[off][1]}"
+
+
+@pytest.mark.parametrize("case", ["same layer", "beyond the model", "ablate 0", "another width"])
+def test_inconsistent_also_sae_is_one_line_before_the_model_loads(tmp_path, capsys, tiny_dir, monkeypatch, case):
+    import babelprobe.models
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model loaded before the inputs were checked")
+
+    monkeypatch.setattr(babelprobe.models, "load_model", no_model)
+    main_sae = gemma_scope_folder(tmp_path / "l2", planted(d_in=32, d_sae=8), layer=2)
+    layer, width, extra, needle = {
+        "same layer": (2, 32, [], "reads layer 2, as"),
+        "beyond the model": (5, 32, [], "reads layer 5 (model.layers.4.output), beyond the model's layers 0..3"),
+        "ablate 0": (3, 32, ["--ablate", "0"], "--also-sae adds layers to the ablation, and --ablate 0"),
+        "another width": (3, 16, [], "reads states of width 16, --sae"),
+    }[case]
+    also = gemma_scope_folder(tmp_path / "also", planted(d_in=width, d_sae=8), layer=layer)
+    fails([*_run_argv(tiny_dir, main_sae, tmp_path / "out"), "--also-sae", also, *extra], capsys, needle,
+          tmp_path / "out")

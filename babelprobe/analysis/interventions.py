@@ -503,6 +503,8 @@ def effect_table(summary: pd.DataFrame, readouts=("direct_accuracy", "direct_mar
     """Per language × edit × readout of one edit source, at the peak layers (or every layer when none
     were peak runs): the edit's effect (a column named after it: probe, neurons), the random
     controls', the shuffled-label probe's, and the edit's minus the random ones, each with its interval."""
+    if "readout" not in summary.columns:  # a run that read the corpus alone (--readouts ppl) has no summary
+        return pd.DataFrame()
     part = summary[summary["readout"].isin(readouts)]
     part = part[part["layers"] == "peak"] if (part["layers"] == "peak").any() else part
     if part.empty:

@@ -87,7 +87,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("align",), "babelprobe.latent.run:align", ("babelprobe.latent.settings:AlignSettings",), kind="align",
             inputs={"--items": "items", "--acts": "store", "--compare": "compare"}),
     Command(("sae",), "babelprobe.sae.run:sae_features", ("babelprobe.sae.settings:Settings",), kind="sae",
-            inputs={"--items": "items", "--sae": "sae-folder", "--acts": "store"}),
+            inputs={"--items": "items", "--sae": "sae-folder", "--also-sae": "sae-folder", "--acts": "store"}),
     Command(("sae", "fetch"), "babelprobe.sae.fetch:fetch_sae", model=False),
     Command(("sae", "train"), "babelprobe.sae.train:train_sae", ("babelprobe.sae.settings:TrainSettings",),
             inputs={"--corpus": "corpus"}),

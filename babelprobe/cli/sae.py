@@ -3,6 +3,7 @@
     babelprobe sae fetch --release gemma-scope-2-270m-pt-res --sae-id layer_12_width_16k_l0_medium --out saes/l13
     babelprobe sae train --model default --corpus udhr --layers 6 --width 4096 --tokens 2000000 --out saes/l6
     babelprobe sae --model default --items xcomps-sample --sae saes/l6 --acts acts/ --out sae/
+    babelprobe sae --model default --items xcomps-sample --sae saes/l6 --also-sae saes/l7 --protocol paper --out sae67/
     babelprobe report --results sae/
 
 `--sae DIR` is a Gemma Scope 2 folder (params.safetensors [+ config.json]) or a SAELens folder (cfg.json
@@ -13,6 +14,8 @@ L0 per language, over every token and over the last-token states), sparse_probe.
 features that best separate the classes in each training fold, against the dense probe on the same
 folds), ablate.csv (the direct margins of the same pairs with each language's most specific features
 removed, and random feature sets as controls; joins compare's items.csv on pair_id) and sae.json.
+`--also-sae DIR` (repeatable) ablates the features of SAEs at other layers in the same forward pass, each
+ranked by its own ν on the same items (Deng et al.'s --modified_layer_num: layers L, L+1, ... at once).
 `sae fetch` needs the network once (huggingface_hub); `sae train` trains an SAE on a corpus's token
 stream as SAELens does (TopK, JumpReLU or L1 ReLU), reports its held-out fit and saves it in the SAELens
 layout.
@@ -41,6 +44,9 @@ def register(sub) -> None:
     add_items_options(parser)
     group = parser.add_argument_group("the SAE run")
     group.add_argument("--sae", metavar="DIR", help="the SAE folder (Gemma Scope 2 or SAELens layout)")
+    group.add_argument("--also-sae", metavar="DIR", action="append", help="an SAE folder of another layer whose "
+                       "features are ablated with --sae's, in the same forward pass, each ranked by its own ν on the "
+                       "same items (repeatable; Deng et al.'s --modified_layer_num)")
     group.add_argument("--acts", metavar="DIR", help="activation store of the same model and items holding the SAE's "
                        "layer (its last-token states feed the sparse probes; default: the run's own pass)")
     group.add_argument("--out", metavar="DIR", help="output directory")
@@ -90,8 +96,8 @@ def run(args) -> int:
         if not value:
             raise BabelprobeError(f"babelprobe sae needs {flag} (or a subcommand: sae fetch, sae train)")
     settings = settings_from(args, Settings)
-    result = sae_features(items_from(args), args.out, settings, runtime_from(args), sae=args.sae, acts=args.acts,
-                          n_boot=args.n_boot)
+    result = sae_features(items_from(args), args.out, settings, runtime_from(args), sae=args.sae,
+                          also_sae=args.also_sae or (), acts=args.acts, n_boot=args.n_boot)
     print(summary(result))
     return 0
 
@@ -101,6 +107,9 @@ def summary(result) -> str:
     fit = result.fit
     lines = [f"SAE {result.sae.get('path')} (layer {result.sae.get('layer')}, {result.sae.get('d_sae')} features, "
              f"{result.sae.get('architecture')}):"]
+    if result.also:
+        lines.append("  also ablated at once: " + ", ".join(f"layer {one.get('layer')} ({one.get('path')})"
+                                                          for one in result.also))
     for states, title in (("tokens", "every token but BOS"), ("last", "the last-token states")):
         part = fit[fit["states"] == states].set_index("language")
         if len(part):

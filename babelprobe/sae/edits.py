@@ -17,12 +17,19 @@ and `start_idx`); each control (`--random N` draws) is a random set of as many f
 on L's tokens (freq > 0), other than S, fixed by the seed, L and the draw (`probes.controls.group_rng`).
 An empty S leaves every state as it is. α (`--alpha`, default 1) scales the removal.
 
+Several layers at once (DIR made with `babelprobe sae --also-sae`: Deng et al.'s `--modified_layer_num`):
+each of DIR's SAEs has its own S, ranked by its own stats pass on the same items with the same
+`ablate_from` and `ablate` (the release slices each layer's `top_index_per_lan_magnitude.pth` alike), and
+one edit hooks every SAE's layer in the same forward pass; each control is a random set per layer
+(drawn at the main layer as in a one-layer run). The rows' `layer` and `features` are the main SAE's,
+`also_features` the others' (`7: 3 9; 8: 1`, empty for one layer).
+
 Units: the languages, or the probe groups when the probe readout is asked for (it reads each group's
 probe on the states re-read at the SAE's layer). Columns of its rows, after the keys: `layer` (the SAE's),
 `layer_rule` (sae), `method` (sae), `ablate_to` (the --ablate-mode: subtract or projection), `positions` (all), `direction` (features: the
 language's; random: a control draw), `draw`, `alpha`, `off` (empty: each pair loses its own language's
 features, so the summary's `all` cell pools the languages), `n_features`, `features` (the indices,
-space-separated), `n_items`.
+space-separated), `also_features` (those at the other layers, by layer), `n_items`.
 
 `babelprobe sae` runs this source for its ablate.csv (`babelprobe.sae.run`). For the corpus readout
 (`corpus_edits`) each language's set and the controls are one edit each, on every corpus language.
@@ -121,9 +128,9 @@ def sae_edit(mode: str, sae, features, skip_first: bool, alpha: float) -> Edit:
 
 
 def read_sae_run(path: str | Path) -> dict:
-    """A `babelprobe sae` directory's manifest and stats pass: {manifest, stats, sae}; one-line errors when
-    it is not one or its stats pass has not finished."""
-    from babelprobe.sae.run import MANIFEST, STATS
+    """A `babelprobe sae` directory's manifest and stats pass: {manifest, stats, sae, also: [{sae, stats}] of
+    the SAEs also ablated}; one-line errors when it is not one or its stats passes have not finished."""
+    from babelprobe.sae.run import MANIFEST, STATS, also_stats_path
     from babelprobe.sae.stats import SAEStats
     from babelprobe.sae.weights import load_sae
 
@@ -136,14 +143,22 @@ def read_sae_run(path: str | Path) -> dict:
                               "`babelprobe sae` command again")
     manifest = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
     sae = load_sae(manifest["sae_path"], layer=manifest.get("layer"))
-    return {"manifest": manifest, "stats": SAEStats.load(path / STATS), "sae": sae}
+    also = []
+    for entry, folder in zip(manifest.get("also", []), manifest.get("also_paths", [])):
+        stats = also_stats_path(path, entry["layer"])
+        if not stats.exists():
+            raise BabelprobeError(f"--sae {path}: the stats pass of its layer {entry['layer']} SAE has not finished "
+                                  f"(no {stats.relative_to(path)}); run the same `babelprobe sae` command again")
+        also.append({"sae": load_sae(folder, layer=entry["layer"]), "stats": SAEStats.load(stats)})
+    return {"manifest": manifest, "stats": SAEStats.load(path / STATS), "sae": sae, "also": also}
 
 
-def feature_sets(stats, n_features: int, n_random: int, seed: int = 0,
-                 skip: int = 0) -> dict[str, dict[str, np.ndarray]]:
+def feature_sets(stats, n_features: int, n_random: int, seed: int = 0, skip: int = 0,
+                 salt: str = "") -> dict[str, dict[str, np.ndarray]]:
     """{language: {"features": its features of ranks skip+1 .. skip+n_features by ν, "random-K": the K-th
     control set}} from a stats pass (`babelprobe.sae.stats.SAEStats`; module docstring). Controls are drawn
-    from features that fire on the language's tokens, none of its skip + n_features most specific."""
+    from features that fire on the language's tokens, none of its skip + n_features most specific; `salt`
+    keeps the draws of an extra layer apart from the main layer's (which stay those of a one-layer run)."""
     top = stats.top_features(skip + n_features)
     sets = {}
     for g, language in enumerate(stats.languages):
@@ -151,7 +166,7 @@ def feature_sets(stats, n_features: int, n_random: int, seed: int = 0,
         chosen = {"features": features}
         pool = np.setdiff1d(np.flatnonzero(stats.count[g] > 0), top[language])
         for draw in range(n_random):
-            rng = group_rng(seed, f"sae features {language}", f"random {draw}")
+            rng = group_rng(seed, f"sae features {language}{salt}", f"random {draw}")
             chosen[f"random-{draw}"] = np.sort(rng.choice(pool, min(len(features), len(pool)), replace=False))
         sets[language] = chosen
     return sets
@@ -163,7 +178,7 @@ class SAEFeatures(EditSource):
     name = "sae_features"
     methods = ("sae",)
     columns = ("layer", "layer_rule", "method", "ablate_to", "positions", "direction", "draw", "alpha", "off",
-               "n_features", "features", "n_items")
+               "n_features", "features", "also_features", "n_items")
 
     def __init__(self, settings, items: pd.DataFrame, probes, inputs: dict):
         super().__init__(settings, items, probes, {k: v for k, v in inputs.items() if k != "sae"})
@@ -179,18 +194,28 @@ class SAEFeatures(EditSource):
         if unknown:
             raise BabelprobeError(f"--sae {self.path}: no features of language {unknown[0]} (its stats pass covers "
                                   f"{', '.join(self.stats.languages)})")
-        self.sets = feature_sets(self.stats, n_features, settings.n_random, settings.seed,
-                                 skip=int(self.manifest.get("ablate_from", 0)))  # absent from older sae.json: 0
+        skip = int(self.manifest.get("ablate_from", 0))  # absent from older sae.json: 0
+        self.sets = feature_sets(self.stats, n_features, settings.n_random, settings.seed, skip=skip)
+        # the SAEs also ablated: {layer: (sae, its sets)}, each ranked by its own stats pass
+        self.also = {one["sae"].layer: (one["sae"], feature_sets(one["stats"], n_features, settings.n_random,
+                                                                   settings.seed, skip=skip,
+                                                                   salt=f" layer {one['sae'].layer}"))
+                     for one in run["also"]}
         self.unit = "probe_group" if probes is not None and "probe" in settings.readouts else "language"
         if self.unit == "probe_group":
             probes.check(items, str(self.sae.layer))
 
     def identity(self) -> dict:
-        from babelprobe.sae.run import STATS
+        from babelprobe.sae.run import STATS, also_stats_path
         from babelprobe.sae.weights import file_digest
 
-        return {"sae": self.manifest.get("sae"), "sae_stats": file_digest(self.path / STATS),
-                "sae_layer": self.sae.layer}
+        identity = {"sae": self.manifest.get("sae"), "sae_stats": file_digest(self.path / STATS),
+                    "sae_layer": self.sae.layer}
+        if self.also:  # only then: a one-layer run's identity stays what it was
+            identity["sae_also"] = [{"sae": entry["sae"], "layer": entry["layer"],
+                                     "stats": file_digest(also_stats_path(self.path, entry["layer"]))}
+                                    for entry in self.manifest["also"]]
+        return identity
 
     def check_model(self, lm) -> None:
         from babelprobe.sae.weights import check_fits
@@ -199,7 +224,18 @@ class SAEFeatures(EditSource):
         if made_with != lm.fingerprint:
             raise BabelprobeError(f"--sae {self.path} was made with another model (fingerprint {made_with}, this model "
                                   f"{lm.fingerprint})")
-        check_fits(self.sae, lm.d_model, lm.n_layers)
+        for sae in (self.sae, *(sae for sae, _ in self.also.values())):
+            check_fits(sae, lm.d_model, lm.n_layers)
+
+    def edits(self, language: str, name: str, skip_first: bool, alpha: float) -> tuple[dict, dict]:
+        """({layer: edit} of one feature set at every SAE's layer, its labels `features`, `also_features`)."""
+        mode, features = self.settings.ablate_mode, self.sets[language][name]
+        edits = {self.sae.layer: sae_edit(mode, self.sae, features, skip_first, alpha)}
+        also = []
+        for layer, (sae, sets) in sorted(self.also.items()):
+            edits[layer] = sae_edit(mode, sae, sets[language][name], skip_first, alpha)
+            also.append(f"{layer}: " + " ".join(map(str, sets[language][name])))
+        return edits, {"features": " ".join(map(str, features)), "also_features": "; ".join(also)}
 
     def units(self, items: pd.DataFrame) -> pd.DataFrame:
         items = items[items["label"].isin([0, 1])].copy()
@@ -223,15 +259,14 @@ class SAEFeatures(EditSource):
         for alpha in settings.alphas_for("sae"):
             for name, features in self.sets[language].items():
                 direction, _, draw = name.partition("-")
-                edit = sae_edit(settings.ablate_mode, self.sae, features, skip_first, alpha)
-                after = unit.read(Intervention(unit.lm, {layer: edit}), layers)
+                edits, named = self.edits(language, name, skip_first, alpha)
+                after = unit.read(Intervention(unit.lm, edits), layers)
                 after_probe = unit.probe_readout(probe, after.states.get(layer)) if probe is not None else {}
                 frame = unit.frame(base, after, before, after_probe, keys=by)
                 labels = {"layer": layer, "layer_rule": "sae", "method": "sae", "ablate_to": settings.ablate_mode,
                           "positions": "all",
                           "direction": direction, "draw": int(draw or 0), "alpha": alpha, "off": "",
-                          "n_features": len(features), "features": " ".join(map(str, features)),
-                          "n_items": len(items)}
+                          "n_features": len(features), **named, "n_items": len(items)}
                 frames.append(insert_columns(frame, labels, after=len(dict.fromkeys(
                     ["pair_id", "language", "subset", *by]))))
         return pd.concat(frames, ignore_index=True)
@@ -244,9 +279,11 @@ class SAEFeatures(EditSource):
             for language, sets in self.sets.items():
                 for name, features in sets.items():
                     direction, _, draw = name.partition("-")
-                    edit = sae_edit(self.settings.ablate_mode, self.sae, features, skip_first, alpha)
+                    edits, named = self.edits(language, name, skip_first, alpha)
                     labels = {"off": language, "direction": direction, "draw": int(draw or 0), "layer": self.sae.layer,
                               "method": "sae", "ablate_to": self.settings.ablate_mode, "alpha": alpha,
                               "n_features": len(features)}
-                    out.append((labels, Intervention(lm, {self.sae.layer: edit})))
+                    if self.also:  # a one-layer run's labels (its resumable readouts' keys) stay what they were
+                        labels["also_features"] = named["also_features"]
+                    out.append((labels, Intervention(lm, edits)))
         return out

@@ -1,6 +1,8 @@
-"""`sae_features`: the run behind `babelprobe sae`. One SAE on one layer, one item set:
+"""`sae_features`: the run behind `babelprobe sae`. One SAE on one layer, one item set (and, for the
+ablation only, SAEs of other layers ablated at once, `also_sae`):
 
     result = sae_features("default", "xcomps-sample", "saes/l6", "sae/", acts="acts/")
+    result = sae_features(..., sae="saes/l6", also_sae=["saes/l7"], protocol="paper")  # layers 6 and 7 at once
     result.features       # layer, feature, language, mean_act, freq, nu, rank      (features.csv)
     result.fit            # layer, language, fvu, l0, l0_published, n_tokens, states (fit.csv)
     result.sparse_probe   # group, language, subset, layer, k, f1_mean, f1_std, dense_f1, n (sparse_probe.csv)
@@ -23,6 +25,13 @@ settings; `runs.open_run`, manifest `sae.json`):
    token; `sae.edits`), and `n_random`
    random sets of as many features that fire on the language's tokens, as controls; the direct margins
    of the same pairs before and after (ablate.csv; `sae.edits`).
+
+With `also_sae` (`--also-sae DIR`, repeatable: Deng et al.'s `--modified_layer_num N`, which hooks the
+SAEs of layers L .. L+N−1 in the same forward pass), each extra SAE has a stats pass of its own over the
+same items (OUT/also/L{layer}.npz; its ν ranks its own features, as the release ranks each layer's from
+its own `top_index_per_lan_magnitude.pth`), and the ablation removes each language's features at every
+SAE's layer at once (ranks `ablate_from`+1 .. +`ablate` at each; the controls drawn per layer).
+features.csv, fit.csv and the sparse probes stay the main SAE's (`sae`).
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ from babelprobe.settings import settings_record
 
 MANIFEST = LAYOUTS["sae"].manifest
 STATS = "stats.npz"  # the stats pass's per-language sums (`stats.SAEStats`)
+ALSO = "also"  # the stats passes of the SAEs also ablated: also/L{layer}.npz
 OUTPUTS = {"features": "features.csv", "fit": "fit.csv", "sparse_probe": "sparse_probe.csv", "ablate": "ablate.csv"}
 
 
@@ -55,15 +65,17 @@ class SAEResult:
     ablate: pd.DataFrame
     out: Path
     sae: dict = field(default_factory=dict)  # the SAE's description
+    also: list = field(default_factory=list)  # the descriptions of the SAEs also ablated (`also_sae`)
 
 
 @runner(Settings, old=("model", "items", "sae", "out"))
 def sae_features(items, out: str | Path, settings: Settings | None = None, runtime: Runtime | None = None, *,
-                 sae, acts: str | Path | None = None, n_boot: int = 1000) -> SAEResult:
+                 sae, also_sae=(), acts: str | Path | None = None, n_boot: int = 1000) -> SAEResult:
     """The SAE view of `items` (module docstring), written to `out`. `items`: a DataFrame or an item
     source; `sae`: an `SAE` or its folder; `acts`: an activation store of the same model and items holding
     the SAE's layer (its last-token states feed the sparse probes). `settings` or its fields as keyword
-    arguments (`ks="1,8,64"`, `ablate=4`). `runtime`: the model (a spec is loaded once the SAE, the store
+    arguments (`ks="1,8,64"`, `ablate=4`). `also_sae`: SAEs (or folders) of other layers whose features are
+    ablated together with `sae`'s (module docstring; each its layer from its folder). `runtime`: the model (a spec is loaded once the SAE, the store
     and the output are checked, against the model's files first) and the running options (or `model=`,
     `load_options=`, `batch_tokens=`, `overwrite=`, `progress=` as keywords). `n_boot`: bootstrap
     replicates of the ablation's summary (OUT/ablate/summary.csv)."""
@@ -73,6 +85,8 @@ def sae_features(items, out: str | Path, settings: Settings | None = None, runti
 
     out = Path(out)
     check_inputs(items=(items, "items"), sae=(sae, "sae-folder"), acts=(acts, "store"))
+    for extra in also_sae:
+        check_inputs(also_sae=(extra, "sae-folder"))
     items = load_items(items) if not isinstance(items, pd.DataFrame) else items
     layer = _one_layer(settings.layers)
     if not isinstance(sae, SAE):
@@ -81,6 +95,7 @@ def sae_features(items, out: str | Path, settings: Settings | None = None, runti
         if sae.layer is not None and sae.layer != layer:
             raise BabelprobeError(f"--layers {layer}: the SAE reads layer {sae.layer}; drop --layers or give {sae.layer}")
         sae.layer = layer
+    also = _also_saes(also_sae, sae, settings)
     if items["language"].nunique() < 2:
         raise BabelprobeError("the SAE view compares languages: the items have only "
                               f"{', '.join(items['language'].unique())}")
@@ -88,21 +103,26 @@ def sae_features(items, out: str | Path, settings: Settings | None = None, runti
     store = _check_store(acts, sae, items) if acts is not None else None
     check_writable_dir(out)
     info = runtime.info  # the model's files: its width, layers and fingerprint before its weights load
-    check_fits(sae, info.d_model, info.n_layers)
+    for one in (sae, *also):
+        check_fits(one, info.d_model, info.n_layers)
     if store is not None and store.fingerprint and store.fingerprint != info.fingerprint:
         raise BabelprobeError(f"activation store {store.path} was made with another model than {info.name}; point "
                               "--acts elsewhere or leave it out (the states are then read in the SAE's own pass)")
     lm = runtime.lm
     identity = {"fingerprint": lm.fingerprint, "items_hash": items_hash(items), "sae": _sae_digest(sae),
                 "layer": sae.layer, **settings_record(settings)}
-    run = open_run(out, identity, record={"model": lm.name, "sae_path": sae.path, "sae_info": sae.describe(),
-                                          "acts": str(store.path) if store is not None else None},
-                   manifest=MANIFEST, overwrite=runtime.overwrite,
-                   outputs=(*OUTPUTS.values(), STATS, "acts", "ablate", "figures"),
+    record = {"model": lm.name, "sae_path": sae.path, "sae_info": sae.describe(),
+              "acts": str(store.path) if store is not None else None}
+    if also:  # only then: the identity of a one-layer run stays what it was
+        identity["also"] = [{"sae": _sae_digest(one), "layer": one.layer} for one in also]
+        record["also_paths"] = [one.path for one in also]
+    run = open_run(out, identity, record=record, manifest=MANIFEST, overwrite=runtime.overwrite,
+                   outputs=(*OUTPUTS.values(), STATS, ALSO, "acts", "ablate", "figures"),
                    what="an SAE run of another model, item set, SAE or settings")
     from babelprobe.tables import read_table, write_table
 
     stats = _stats_stage(run, lm, items, sae, store, out, runtime.batch_tokens, runtime.progress)
+    _also_stage(run, lm, items, also, out, runtime.batch_tokens, runtime.progress)
     features = stats.features(top=settings.top or None)
     write_table(features, out / OUTPUTS["features"])
     tables = {"features": features}
@@ -113,7 +133,7 @@ def sae_features(items, out: str | Path, settings: Settings | None = None, runti
         run.state["stages"]["ablate"] = "done"
         run.save()
     tables["ablate"] = read_table(out / OUTPUTS["ablate"])
-    return SAEResult(out=out, sae=sae.describe(), **tables)
+    return SAEResult(out=out, sae=sae.describe(), also=[one.describe() for one in also], **tables)
 
 
 def _check_groups(items: pd.DataFrame, folds: int) -> None:
@@ -135,6 +155,26 @@ def _one_layer(spec) -> int | None:
         return int(str(spec).strip())
     except ValueError:
         raise BabelprobeError(f"--layers {spec!r}: an SAE reads one layer; give one number") from None
+
+
+def _also_saes(folders, sae: SAE, settings: Settings) -> list[SAE]:
+    """The SAEs also ablated (`also_sae`), loaded and checked against `sae` and each other before any model
+    loads: one SAE per layer (two at a layer would ablate it twice, in an order nobody chose), the same
+    width, and an ablation to add them to."""
+    also = [one if isinstance(one, SAE) else load_sae(one) for one in folders]
+    if also and settings.ablate == 0:
+        raise BabelprobeError("--also-sae adds layers to the ablation, and --ablate 0 ablates nothing; give --ablate "
+                              "1 or more, or leave --also-sae out")
+    seen = {sae.layer: sae.path or "--sae"}
+    for one in also:
+        if one.layer in seen:
+            raise BabelprobeError(f"--also-sae {one.path} reads layer {one.layer}, as {seen[one.layer]} does: one SAE "
+                                  "per layer; give SAEs of other layers")
+        if one.d_in != sae.d_in:
+            raise BabelprobeError(f"--also-sae {one.path} reads states of width {one.d_in}, --sae {sae.path} of "
+                                  f"{sae.d_in}: SAEs of two models")
+        seen[one.layer] = one.path
+    return also
 
 
 def _check_store(acts, sae: SAE, items: pd.DataFrame):
@@ -194,6 +234,27 @@ def _stats_stage(run, lm, items, sae, store, out: Path, batch_tokens, progress):
     return stats
 
 
+def _also_stage(run, lm, items, also: list[SAE], out: Path, batch_tokens, progress) -> None:
+    """Each SAE also ablated: its own stats pass over the same items (OUT/also/L{layer}.npz), whose ν
+    ranks its features for the ablation; reused by a rerun."""
+    from babelprobe.sae.stats import sae_stats
+
+    paths = [also_stats_path(out, one.layer) for one in also]
+    if not also or run.state["stages"].get("also") == "done" and all(p.exists() for p in paths):
+        return
+    for one, path in zip(also, paths):
+        path.parent.mkdir(exist_ok=True)
+        stats = sae_stats(lm, items, one, batch_tokens=batch_tokens, progress=progress)
+        stats.last = None  # the sparse probes read the main SAE's layer only
+        stats.save(path)
+    run.state["stages"]["also"] = "done"
+    run.save()
+
+
+def also_stats_path(out: Path, layer: int) -> Path:
+    return Path(out) / ALSO / f"L{layer}.npz"
+
+
 def _write_own_store(out: Path, items: pd.DataFrame, stats, lm) -> None:
     """The pass's last-token states as a one-layer store in OUT/acts/ (read back by the sparse stage)."""
     from babelprobe.extract.store import write_store
@@ -236,7 +297,7 @@ def _sparse_stage(run, sae: SAE, store, settings: Settings, out: Path, fit_token
 
 
 ABLATE_COLUMNS = ["pair_id", "language", "subset", "feature_set", "method", "margin", "margin_base", "correct",
-                  "layer", "alpha", "n_features", "features"]
+                  "layer", "alpha", "n_features", "features", "also_features"]
 
 
 def ablation_rows(lm, items, out: Path, settings: Settings, n_boot: int, batch_tokens, progress) -> pd.DataFrame:
@@ -256,4 +317,6 @@ def ablation_rows(lm, items, out: Path, settings: Settings, n_boot: int, batch_t
         "feature_set": np.where(rows["direction"] == "features", "language", "random-" + rows["draw"].astype(str)),
         "method": "direct", "margin": rows["direct_margin"], "margin_base": rows["direct_margin_base"],
         "correct": rows["direct_correct"].astype(bool), "layer": rows["layer"], "alpha": rows["alpha"],
-        "n_features": rows["n_features"], "features": rows["features"]})[ABLATE_COLUMNS]
+        "n_features": rows["n_features"], "features": rows["features"],
+        # absent from the rows of runs made before --also-sae; empty (NaN read back) in one-layer runs
+        "also_features": rows.get("also_features", pd.Series("", index=rows.index)).fillna("")})[ABLATE_COLUMNS]
