@@ -371,3 +371,20 @@ def test_groups_read_to_the_solvers_device_give_the_same_tables(small, monkeypat
     assert reads and all(isinstance(X, torch.Tensor) for X in reads)
     for name in ("table", "folds", "oof", "peaks"):
         pd.testing.assert_frame_equal(getattr(host, name), getattr(on_device, name), check_exact=False, atol=1e-6)
+
+
+def test_the_solvers_default_memory_follows_the_device(monkeypatch):
+    """2 GB on a CPU; on a GPU half of its free memory, counting the blocks torch's allocator holds unused (a
+    compare run's model phases leave tens of GB cached there), and never less than a CPU's."""
+    from babelprobe.probes.run import HOST_MEMORY_GB, solver_memory_gb
+
+    assert solver_memory_gb(None) == solver_memory_gb(torch.device("cpu")) == HOST_MEMORY_GB
+    gb = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (60 * gb, 141 * gb))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 70 * gb)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 30 * gb)
+    assert solver_memory_gb(torch.device("cuda")) == (60 + 40) / 2
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1 * gb, 80 * gb))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 0)
+    assert solver_memory_gb(torch.device("cuda")) == HOST_MEMORY_GB

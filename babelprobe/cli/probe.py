@@ -52,16 +52,17 @@ def add_solver_options(parser) -> None:
     group.add_argument("--threads", type=int, default=None, metavar="N",
                        help="CPU threads of the torch solver: it solves this many groups at once, one thread each "
                        "(default: torch's thread count)")
-    group.add_argument("--memory-gb", type=float, default=2.0, metavar="GB",
+    group.add_argument("--memory-gb", type=float, default=None, metavar="GB",
                        help="working memory of the solver, shared by the groups solved at once (layers are chunked "
-                       "to fit; default 2; at least one layer of one group's activations)")
+                       "to fit; default 2 on a CPU, half the GPU's free memory on a GPU; at least one layer of one "
+                       "group's activations)")
 
 
 def solver_options(args) -> dict:
     """The speed options as `bp.probe` keyword arguments (checked first; --threads sets torch's threads)."""
     if args.threads is not None and args.threads < 1:
         raise BabelprobeError(f"--threads must be at least 1, got {args.threads}")
-    if args.memory_gb <= 0:
+    if args.memory_gb is not None and args.memory_gb <= 0:
         raise BabelprobeError(f"--memory-gb must be positive, got {args.memory_gb}")
     if args.threads is not None:
         import torch

@@ -64,12 +64,13 @@ from babelprobe.settings import given
 from babelprobe.tables import check_output
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
+HOST_MEMORY_GB = 2.0  # the default working memory on a CPU (`solver_memory_gb`), and of an in-memory store
 
 
 @runner(ProbeSettings, old=("store", "settings"), progress=False)
 def probe(store, out: str | Path | None = None, settings: ProbeSettings | None = None,
           runtime: Runtime | None = None, *, items: pd.DataFrame | None = None, device=None,
-          n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
+          n_jobs: int | None = None, workers: int | None = None, memory_gb: float | None = None,
           exact_max: int = EXACT_MAX) -> ProbeResult:
     """The probe sweep of a store behind the runner door (`babelprobe probe`; docs/design.md "Runtime, settings,
     runners"): `probe(store, out, settings, runtime)`, the settings' fields as keywords (`bp.probe(store,
@@ -87,7 +88,7 @@ def probe(store, out: str | Path | None = None, settings: ProbeSettings | None =
 
 
 def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame | None = None, device=None,
-                n_jobs: int | None = None, workers: int | None = None, memory_gb: float = 2.0,
+                n_jobs: int | None = None, workers: int | None = None, memory_gb: float | None = None,
                 exact_max: int = EXACT_MAX, progress: bool = False, **values) -> ProbeResult:
     """Cross-validated probes for every layer of every group of a store (`babelprobe probe`).
 
@@ -107,7 +108,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
         default the item source recorded in the store's manifest is used when hewitt is asked for.
     device, n_jobs, memory_gb, exact_max : solver options that change speed, not numbers (see
         `fit_predict`); n_jobs parallelises the sklearn solver over layers. `memory_gb` is the budget of
-        all groups in flight.
+        all groups in flight (default `solver_memory_gb`: 2 on a CPU, half of what an accelerator has free).
     workers : groups solved at the same time, one thread each (torch solver on CPU; default: torch's
         thread count). 1 solves one group at a time with all of torch's threads.
     progress : show a progress bar over groups.
@@ -132,10 +133,11 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
             except BabelprobeError as err:
                 raise BabelprobeError(f"the hewitt control needs the items' concepts: pass --items ({err})") from err
         concepts = pd.Series(concepts_for(keys, items), index=keys.index)
-    source = in_memory(store, layer_list, pool, memory_gb)  # after the cheap checks: fail fast
+    source = in_memory(store, layer_list, pool, memory_gb or HOST_MEMORY_GB)  # after the cheap checks: fail fast
     groups = group_rows(keys, by)
     workers = group_workers(workers, solver, device, len(groups))
     read_device = accelerator(device) if solver != "sklearn" else None  # groups decoded where they are solved
+    memory_gb = memory_gb or solver_memory_gb(read_device)
     share = memory_gb / workers  # the budget is shared by the groups in flight
     dtype = settings.dtype
     options = dict(n_folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed, Cs=Cs,
@@ -199,6 +201,20 @@ def group_workers(workers: int | None, solver: str, device, n_groups: int) -> in
     if resolve_device(device).type != "cpu":
         return min(2, n_groups)
     return max(1, min(torch.get_num_threads(), n_groups))
+
+
+def solver_memory_gb(device) -> float:
+    """The solvers' default budget: HOST_MEMORY_GB on a CPU; on an accelerator half of what it has free
+    (torch's free memory plus the blocks its allocator holds unused; at least HOST_MEMORY_GB). A fixed 2 GB there
+    cut a quarter-XCOMPS group (1,796 items × 33 layers × 4096) into 17 solves of 2 layers, each its own run
+    of L-BFGS iterations, on an H200 with over 100 GB free."""
+    if device is None or device.type != "cuda":
+        return HOST_MEMORY_GB
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(HOST_MEMORY_GB, (free + unused) / 2 / 2**30)
 
 
 def accelerator(device):
