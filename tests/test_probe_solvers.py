@@ -412,3 +412,18 @@ def test_memory_stays_within_the_budget():
     assert tiny_method == "lbfgs" and tiny_peak <= 0.04 * 2**30
     method, peak = runs[1.0]
     assert method == "plbfgs" and 3000 * 3000 * 4 <= peak <= 1.0 * 2**30
+
+
+def test_exact_newton_reaches_further_on_an_accelerator():
+    """A quarter-XCOMPS group (1,796 items, 4096 dims, 5 folds + all rows): plbfgs on a CPU, where Newton's
+    factorisations cost more than L-BFGS's passes, exact Newton on an accelerator, where each L-BFGS iteration's
+    launches and reads back cost more (solvers.ACCELERATOR_EXACT_MAX); a full-XCOMPS group (m > d) is L-BFGS's
+    on both."""
+    from babelprobe.probes.solvers import ACCELERATOR_EXACT_MAX, EXACT_MAX, default_exact_max
+
+    cpu, gpu = default_exact_max(torch.device("cpu")), default_exact_max(torch.device("meta"))
+    assert (cpu, gpu) == (EXACT_MAX, ACCELERATOR_EXACT_MAX)
+    quarter, full = (1796, 1437), (7184, 5747)
+    assert choose_method("torch", *quarter, 4096, 6, 4, 30.0, exact_max=cpu) == "plbfgs"
+    assert choose_method("torch", *quarter, 4096, 6, 4, 30.0, exact_max=gpu) == "newton"
+    assert choose_method("torch", *full, 4096, 6, 4, 30.0, exact_max=gpu) == "plbfgs"

@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
 from babelprobe.probes.metrics import accuracies, aucs, f1_scores
-from babelprobe.probes.solvers import EXACT_MAX, fit_predict
+from babelprobe.probes.solvers import fit_predict
 from babelprobe.probes.source import (
     as_store,
     group_name,
@@ -30,7 +30,7 @@ from babelprobe.probes.source import (
 
 def transfer(store, by=("subset",), layers="all", *, across: str = "language", pool: str = "last", C: float = 1.0,
              solver: str = "torch", device=None, dtype=None, max_iter: int | None = None, tol: float | None = None,
-             n_jobs: int | None = None, memory_gb: float = 2.0, exact_max: int = EXACT_MAX,
+             n_jobs: int | None = None, memory_gb: float = 2.0, exact_max: int | None = None,
              progress: bool = False) -> pd.DataFrame:
     """Train a probe per `across` value (language) and layer within each group of `by`; score every other
     language of the group.

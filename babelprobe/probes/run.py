@@ -48,7 +48,7 @@ from babelprobe.probes.metrics import f1_scores, fold_metrics, out_of_fold
 from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, peak_summary
 from babelprobe.probes.result import ProbeResult
 from babelprobe.probes.settings import ProbeSettings
-from babelprobe.probes.solvers import EXACT_MAX, fit_predict, single_threaded
+from babelprobe.probes.solvers import default_exact_max, fit_predict, resolve_device, single_threaded
 from babelprobe.probes.source import (
     as_store,
     group_name,
@@ -71,7 +71,7 @@ HOST_MEMORY_GB = 2.0  # the default working memory on a CPU (`solver_memory_gb`)
 def probe(store, out: str | Path | None = None, settings: ProbeSettings | None = None,
           runtime: Runtime | None = None, *, items: pd.DataFrame | None = None, device=None,
           n_jobs: int | None = None, workers: int | None = None, memory_gb: float | None = None,
-          exact_max: int = EXACT_MAX) -> ProbeResult:
+          exact_max: int | None = None) -> ProbeResult:
     """The probe sweep of a store behind the runner door (`babelprobe probe`; docs/design.md "Runtime, settings,
     runners"): `probe(store, out, settings, runtime)`, the settings' fields as keywords (`bp.probe(store,
     folds=5)`) or the older `probe(store, settings)`. `runtime.progress`: a bar over groups (off unless asked:
@@ -89,7 +89,7 @@ def probe(store, out: str | Path | None = None, settings: ProbeSettings | None =
 
 def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataFrame | None = None, device=None,
                 n_jobs: int | None = None, workers: int | None = None, memory_gb: float | None = None,
-                exact_max: int = EXACT_MAX, progress: bool = False, **values) -> ProbeResult:
+                exact_max: int | None = None, progress: bool = False, **values) -> ProbeResult:
     """Cross-validated probes for every layer of every group of a store (`babelprobe probe`).
 
     Parameters
@@ -138,6 +138,8 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
     workers = group_workers(workers, solver, device, len(groups))
     read_device = accelerator(device) if solver != "sklearn" else None  # groups decoded where they are solved
     memory_gb = memory_gb or solver_memory_gb(read_device)
+    if exact_max is None and solver != "sklearn":
+        exact_max = default_exact_max(resolve_device(device))
     share = memory_gb / workers  # the budget is shared by the groups in flight
     dtype = settings.dtype
     options = dict(n_folds=settings.folds, fold_scheme=settings.fold_scheme, seed=settings.seed, Cs=Cs,
@@ -219,8 +221,6 @@ def solver_memory_gb(device) -> float:
 
 def accelerator(device):
     """The torch solver's device when it is not the CPU (a group's activations are read straight to it), else None."""
-    from babelprobe.probes.solvers import resolve_device
-
     resolved = resolve_device(device)
     return None if resolved.type == "cpu" else resolved
 

@@ -43,7 +43,7 @@ On a CPU with several torch threads, all split a chunk's layers between threads 
 the groups of a sweep side by side).
 
 `solver="torch"` chooses (`choose_method`) by size, memory and conditioning: exact Newton while
-min(m, d + 1) ≤ `exact_max` (768) and one layer of its systems fits in `memory_gb`; otherwise "plbfgs"
+min(m, d + 1) ≤ `exact_max` (768 on a CPU, 2048 on an accelerator) and one layer of its systems fits in `memory_gb`; otherwise "plbfgs"
 when one layer's d × d factors fit in `memory_gb` and the activations measure as ill-conditioned
 (`precondition.conditioning` of the first chunk's layers, median ≥ 3: isotropic activations measure ~1,
 Gemma-3-270M's 14–440, a −1.5 power law 55–240), plain L-BFGS else (there the Gram's cost is not
@@ -76,7 +76,19 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.probes.precondition import KAPPA_MIN, GramPreconditioner, conditioning
 
 SOLVERS = ("torch", "newton", "lbfgs", "plbfgs", "sklearn")  # "torch": chosen by size, memory, conditioning
-EXACT_MAX = 768  # solver="torch" uses exact Newton while min(m, d + 1) is at most this (see above)
+EXACT_MAX = 768  # solver="torch" uses exact Newton while min(m, d + 1) is at most this on a CPU (see above)
+# ... and on an accelerator, where a pass's launches and reads back cost more than its arithmetic: a
+# quarter-XCOMPS group (1,796 items × 4096 dims, 5 folds + the all-rows probe, 8 layers of a random-weight
+# Llama's states, /tmp script) took exact Newton 6 iterations, 1,902 operators and 32 reads back, plbfgs 58-63
+# iterations, 57,232 operators and 707 reads, for the same CPU time (20 s on one core). Newton's dual systems at
+# m = 2048 (m²·d to form, m³/3 per iteration) are ~10 TFLOP for such a group's 33 layers: a fraction of a
+# second on an H100; above it (m > d: primal (d+1)² systems, m·d² each) L-BFGS needs few iterations anyway.
+ACCELERATOR_EXACT_MAX = 2048
+
+
+def default_exact_max(device: torch.device) -> int:
+    """`exact_max` when none is given: EXACT_MAX on a CPU, ACCELERATOR_EXACT_MAX elsewhere."""
+    return EXACT_MAX if device.type == "cpu" else ACCELERATOR_EXACT_MAX
 LBFGS_MEMORY = 10  # (s, y) pairs kept, as scikit-learn's lbfgs (scipy's maxcor)
 
 
@@ -586,7 +598,7 @@ def choose_method(solver: str, n: int, m: int, d: int, P: int, itemsize: int, me
 def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "torch", device=None,
                 dtype=None, max_iter: int | None = None, tol: float | None = None,
                 memory_gb: float = 2.0, n_jobs: int | None = None, formulation: str = "auto",
-                exact_max: int = EXACT_MAX, return_fit: bool = False):
+                exact_max: int | None = None, return_fit: bool = False):
     """Fit one probe per problem and layer on the problem's training rows; score every row.
 
     Parameters
@@ -605,7 +617,8 @@ def fit_predict(X, y: np.ndarray, train: np.ndarray, C=1.0, *, solver: str = "to
         gradient tolerance (default 1e-6); sklearn: `LogisticRegression(tol=...)` (default scikit-learn's
         1e-4, at which lbfgs can stop visibly short of the optimum).
     memory_gb : working-memory budget of the torch solvers; layers are processed in chunks to fit it.
-    exact_max : the size up to which solver="torch" uses exact Newton (min(m, d + 1), m the most training rows).
+    exact_max : the size up to which solver="torch" uses exact Newton (min(m, d + 1), m the most training rows;
+        default `default_exact_max` of the device).
     return_fit : also return the fitted probes (`LinearFit`).
 
     Returns
@@ -656,6 +669,7 @@ def _fit_predict_torch(X, y, train, Cs, *, solver, device, dtype, max_iter, tol,
                        keep_fit):
     device = resolve_device(device)
     dtype = getattr(torch, dtype) if isinstance(dtype, str) else (dtype or default_dtype(device))
+    exact_max = default_exact_max(device) if exact_max is None else exact_max
     n, L, d = X.shape
     P = len(y)
     counts = train.sum(1)
