@@ -5,8 +5,11 @@
 #   here, once:         bash perf/gpu_check.sh prepare   # the default tokenizer's files into .gpu/ (ignored)
 #   there, first call:  bash perf/gpu_check.sh run       # the device tool: carry [".gpu"], timeout_s 600
 #   there, if time is left (a fresh start costs ~30 s):  bash perf/gpu_check.sh floors   (or: solver)
-#   or, split: `look` first (both model phases profiled at 2,040 pairs, then every floor at 9,180: ~5.5 min),
-#   then `LIMIT=S bash perf/gpu_check.sh quarter` (C alone, in a call of S seconds)
+#   or, split: `look` first (both model phases profiled at 2,040 pairs, then every floor at 9,180: ~5.5 min;
+#   its floors did not finish in 330 s on 2026-11-27), then `LIMIT=S bash perf/gpu_check.sh quarter` (C alone,
+#   in a call of S seconds). For the next session: `quarter` first (LIMIT=585: direct took 63 s and meta 156 s
+#   of it on 2026-11-27; the probe phase, 18 s per group then, is what the changes after that run address),
+#   then `floors` if 4 minutes are left.
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude

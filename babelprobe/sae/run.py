@@ -161,7 +161,7 @@ def _also_saes(folders, sae: SAE, settings: Settings) -> list[SAE]:
     """The SAEs also ablated (`also_sae`), loaded and checked against `sae` and each other before any model
     loads: one SAE per layer (two at a layer would ablate it twice, in an order nobody chose), the same
     width, and an ablation to add them to."""
-    also = [one if isinstance(one, SAE) else load_sae(one) for one in folders]
+    also = [one if isinstance(one, SAE) else load_sae(one, flag="--also-sae") for one in folders]
     if also and settings.ablate == 0:
         raise BabelprobeError("--also-sae adds layers to the ablation, and --ablate 0 ablates nothing; give --ablate "
                               "1 or more, or leave --also-sae out")

@@ -140,22 +140,22 @@ class SAE:
 
 # ------------------------------------------------------------------------------------------ reading
 
-def load_sae(path: str | Path, layer: int | None = None, device=None) -> SAE:
+def load_sae(path: str | Path, layer: int | None = None, device=None, flag: str = "--sae") -> SAE:
     """The SAE in the folder `path` (Gemma Scope 2 or SAELens layout, module docstring). `layer` sets the
     babelprobe layer when the folder does not say; another layer than the folder's is an error (an SAE read
     at a layer it was not trained on is not that SAE). One-line errors name the folder and
     what is wrong: no such folder, an unknown layout or architecture, a missing tensor, shapes that do not
-    fit, a hook that is not the residual stream."""
+    fit, a hook that is not the residual stream. `flag`: the option the folder came from, for those errors."""
     path = Path(path)
     if not path.is_dir():
-        raise BabelprobeError(f"--sae {path}: no such directory (fetch one with `babelprobe sae fetch`, or train "
+        raise BabelprobeError(f"{flag} {path}: no such directory (fetch one with `babelprobe sae fetch`, or train "
                               "one with `babelprobe sae train`)")
     if (path / GEMMA_SCOPE_WEIGHTS).exists():
         sae = _read_gemma_scope(path)
     elif (path / SAELENS_WEIGHTS).exists():
         sae = _read_saelens(path)
     else:
-        raise BabelprobeError(f"--sae {path}: neither a Gemma Scope 2 folder ({GEMMA_SCOPE_WEIGHTS}) nor a SAELens "
+        raise BabelprobeError(f"{flag} {path}: neither a Gemma Scope 2 folder ({GEMMA_SCOPE_WEIGHTS}) nor a SAELens "
                               f"folder ({SAELENS_CONFIG} + {SAELENS_WEIGHTS})")
     if layer is not None:
         if sae.layer is not None and int(layer) != sae.layer:
@@ -163,8 +163,9 @@ def load_sae(path: str | Path, layer: int | None = None, device=None) -> SAE:
                                   f"--layers or give {sae.layer}")
         sae.layer = int(layer)
     if sae.layer is None:
-        raise BabelprobeError(f"--sae {path}: the folder does not say which layer it reads (hook {sae.hook!r}); "
-                              "pass --layers N (babelprobe numbering: N = block N's output)")
+        hint = "pass --layers N (babelprobe numbering: N = block N's output)" if flag == "--sae" else \
+            f"{flag} takes folders that name their layer (SAELens' hook_name, Gemma Scope's folder)"
+        raise BabelprobeError(f"{flag} {path}: the folder does not say which layer it reads (hook {sae.hook!r}); {hint}")
     fetched = path / "babelprobe_sae.json"  # written by `babelprobe sae fetch`: release, sae_id, published l0
     if fetched.exists():
         record = json.loads(fetched.read_text(encoding="utf-8"))
