@@ -218,3 +218,28 @@ def test_verify_names_each_problem(tmp_path):
     assert "shard-00002.h5: missing" in problems
     assert any("shard-00009.h5: shard file not listed" in p for p in problems)
     assert not any("shard-00000" in p for p in problems)
+
+
+def test_background_writer_reuses_every_written_shards_memory(tmp_path):
+    """Fused scoring fills several shards at once (scattered rows); once written, each shard's arrays serve a
+    later shard, all of them, not a fixed few (fresh memory is filled at page-fault speed): the second wave of
+    three shards assembled at once allocates nothing, and every shard holds its own rows."""
+    from babelprobe.extract.background import BackgroundWriter
+    from babelprobe.extract.capture import PooledRows
+    from babelprobe.extract.store import StoreWriter
+
+    n, layers, d = 24, 2, 8
+    keys, last = make_keys(n), activations(n, layers=layers, d=d)
+    writer = StoreWriter(tmp_path / "s", n_rows=n, layers=list(range(layers)), d_model=d, n_layers=layers,
+                         pools=("last",), shard_size=4)
+    writer.prepare(overwrite=False)
+    background = BackgroundWriter(writer, keys, (layers, d), [], update_manifest=True, threaded=False)
+    made, arrays = [], background._arrays
+    background._arrays = lambda span: made.append(arrays(span)) or made[-1]
+    for wave in (np.arange(0, 12), np.arange(12, 24)):  # three shards at a time, rows interleaved
+        for rows in np.array_split(wave[np.argsort(wave % 4, kind="stable")], 4):  # each batch touches all three
+            background.scattered(rows, PooledRows({"last": torch.from_numpy(last[rows])}))
+    background.close()
+    writer.finish()
+    assert len(made) == 6 and len({id(a) for a in made}) == 3  # the second wave took the first wave's arrays
+    np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(), last)

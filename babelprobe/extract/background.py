@@ -9,7 +9,7 @@ before (temporary name, fsync, rename), so what a kill leaves on disk is unchang
 Several shards are written at once because writing is host work larger than the device's at large widths
 (an 8B model's every layer is 540 KB per item and pooling in float32): its sha256, range checks and fsync
 release the GIL and run side by side (HDF5's own calls take turns), while the next shard is assembled. A
-written shard's arrays are reused for the next one (`SPARE_SHARDS`).
+written shard's arrays are reused for the next one (`spare`).
 
 The queue between the two is bounded (`MAX_PENDING` messages), so pooled rows never pile up in memory
 when the disk is slower than the device: the loop then waits, and that wait is measured
@@ -37,8 +37,13 @@ MAX_PENDING = 8  # batches of pooled rows in flight between the device and the d
 # ~1 ms of CPU per item at an 8B model's width, both poolings (memory: this many shards being written, plus those
 # assembled)
 WRITERS = max(2, min(4, (os.cpu_count() or 1) // 4))
-SPARE_SHARDS = WRITERS  # written shards' arrays kept for the next ones: filling freshly allocated memory costs a
-# page fault per 4 KiB (~10x a copy into memory already touched: 0.6 against 7 GB/s on the 2-core machine)
+# Every written shard's arrays are kept for the next ones (`spare`): filling freshly allocated memory costs a page
+# fault per 4 KiB (~10x a copy into memory already touched: 0.68 against 5.5 GB/s on the 2-core machine). Kept all,
+# not WRITERS of them: fused direct scoring's length-sorted batches fill every shard of a 2,000-pair chunk at once
+# (8 at an 8B model's width), so with 2–4 spares most of each chunk's shards were fresh memory (simulated 8B,
+# 9,180 pairs, bfloat16 store, 2 cores: direct 21.2–24.1 s before, 20.4–20.5 s after; there the shard writers'
+# CPU binds). The spares never outnumber the shards once in use at the same time (a new shard takes one before
+# allocating), so the memory held is the peak already reached.
 POLL_S = 0.05
 
 
@@ -62,7 +67,7 @@ class BackgroundWriter:
         self.threaded = threaded
         self.arrays, self.span = None, None  # the shard being assembled (writer side)
         self.open: dict[int, tuple[dict, int]] = {}  # scattered rows: shard -> (arrays, rows still missing)
-        self.spare: list[dict] = []  # arrays of written shards, reused (SPARE_SHARDS)
+        self.spare: list[dict] = []  # arrays of written shards, reused (the module's note on `spare`)
         self.lock = threading.Lock()  # the records, counters and spare arrays, shared by the shard writers
         self.writing: list[Future] = []  # shards handed to the writers, oldest first
         self.n_writers = writers if threaded else 1
@@ -218,7 +223,7 @@ class BackgroundWriter:
         start = time.perf_counter()
         record = self.writer.write_shard(index, self.keys.iloc[span[0]:span[1]], arrays)
         with self.lock:
-            self.spare = [arrays, *self.spare][:SPARE_SHARDS]  # written: its memory serves the next shard
+            self.spare.insert(0, arrays)  # written: its memory serves the next shard
             self.shards_written += 1
             if self.update_manifest:  # the manifest shows progress
                 self.records.append(record)
