@@ -368,6 +368,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
                 return stage(self, name, settings, produce, output, read)
         finally:
             calls.phase, fits.recording = None, False
+            said(name, phases.get(name))
 
     def timed_store(*a, **k):
         calls.phase = "extract" if recording else None
@@ -376,6 +377,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
                 return ensure_store(*a, **k)
         finally:
             calls.phase = None
+            said("extract", phases.get("extract"))
 
     import babelprobe.probes as probes
 
@@ -420,6 +422,15 @@ host's innermost operators meanwhile) and the operators' totals. The profiler sl
         print(text, flush=True)
         return out
     return run
+
+
+def said(name: str, meter: Meter | None) -> None:
+    """One line per finished phase of a babelprobe run (compare's stage names: neuro is the probe phase), as it
+    finishes: a run stopped by a time limit (a lent GPU's call) still tells the phases it finished, with their
+    busy share and memory."""
+    if meter is not None and hasattr(meter, "seconds"):  # not when the phase failed before its meter stopped
+        print(f"phase {name}: {meter.seconds:.2f} s, CPU {meter.cpu_seconds:.2f} s, GPU busy {meter.gpu_busy:.2f}, "
+              f"peak {meter.peak_gib:.1f} GiB", flush=True)
 
 
 def say(run: str, seconds: dict) -> None:
