@@ -80,6 +80,34 @@ def deng_edit(h: torch.Tensor, W_dec: torch.Tensor, idx: list[int]) -> torch.Ten
     return h - coefficient @ direction.T
 
 
+def released_layers_nll(lm, rows, saes, features) -> list[float]:
+    """SAE/inference.py with --modified_layer_num N, written out: for i < N,
+    add_hook_to_change_activation_ablation(layer + i) hooks model.layers[layer + i] (babelprobe layer
+    layer + i + 1) with that layer's own SAE and features, all at once; then compute_ce_loss (one text per
+    forward, Hugging Face's loss with the first label masked)."""
+    def hook_for(sae, idx):
+        def hook(module, args, output):
+            act = output[0] if isinstance(output, tuple) else output
+            new = deng_edit(act, sae.W_dec, [int(i) for i in idx])
+            return (new, *output[1:]) if isinstance(output, tuple) else new
+        return hook
+
+    handles = [lm.parts.layers[sae.layer - 1].register_forward_hook(hook_for(sae, idx))
+               for sae, idx in zip(saes, features)]
+    losses = []
+    try:
+        with torch.inference_mode():
+            for row in rows:
+                ids = torch.tensor([row])
+                labels = ids.clone()
+                labels[:, 0] = -100
+                losses.append(float(lm.model(ids, labels=labels).loss))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return losses
+
+
 def test_the_projection_ablation_is_deng_et_al_s_formula_on_a_hand_case():
     from babelprobe.sae.edits import ProjectionAblation
     from babelprobe.sae.weights import SAE
@@ -113,22 +141,7 @@ def test_the_ce_readout_under_the_projection_ablation_equals_a_hand_hooked_forwa
     with Intervention(tiny, {2: ProjectionAblation(sae, idx)}):
         ours = row_nll(tiny, rows)
 
-    def hook(module, args, output):  # Deng et al.'s hook on model.layers[target_layer]: block 2 is layer 2
-        act = output[0] if isinstance(output, tuple) else output
-        new = deng_edit(act, W_dec, idx)
-        return (new, *output[1:]) if isinstance(output, tuple) else new
-
-    handle = tiny.parts.layers[1].register_forward_hook(hook)
-    try:
-        losses = []
-        with torch.inference_mode():
-            for row in rows:
-                ids = torch.tensor([row])
-                labels = ids.clone()
-                labels[:, 0] = -100
-                losses.append(float(tiny.model(ids, labels=labels).loss))
-    finally:
-        handle.remove()
+    losses = released_layers_nll(tiny, rows, [sae], [idx])  # Deng et al.'s hook on model.layers[1]: layer 2
     np.testing.assert_allclose(ours, losses, rtol=1e-4)  # the hooked block's output feeds 1 more block: ~1e-6
 
 

@@ -17,6 +17,7 @@ from babelprobe.cli import main
 from babelprobe.errors import BabelprobeError
 from babelprobe.sae.stats import SAEStats, sae_stats
 from babelprobe.sae.weights import SAE, load_sae, save_sae
+from tests.test_corpus_readout import released_layers_nll
 from tests.tiny import tiny_lm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -460,36 +461,6 @@ def saes_at(d: int, layers: tuple[int, ...], d_sae: int = 16) -> list[SAE]:
     return [SAE(W_enc=torch.randn(d, d_sae, generator=g), W_dec=torch.randn(d_sae, d, generator=g),
                 b_enc=torch.zeros(d_sae), b_dec=torch.zeros(d), threshold=torch.full((d_sae,), 0.1), layer=layer)
             for layer in layers]
-
-
-def released_layers_nll(lm, rows, saes, features) -> list[float]:
-    """SAE/inference.py with --modified_layer_num N, written out: for i < N,
-    add_hook_to_change_activation_ablation(layer + i) hooks model.layers[layer + i] (babelprobe layer
-    layer + i + 1) with that layer's own SAE and features, all at once; then compute_ce_loss (one text per
-    forward, Hugging Face's loss with the first label masked)."""
-    from tests.test_corpus_readout import deng_edit
-
-    def hook_for(sae, idx):
-        def hook(module, args, output):
-            act = output[0] if isinstance(output, tuple) else output
-            new = deng_edit(act, sae.W_dec, [int(i) for i in idx])
-            return (new, *output[1:]) if isinstance(output, tuple) else new
-        return hook
-
-    handles = [lm.parts.layers[sae.layer - 1].register_forward_hook(hook_for(sae, idx))
-               for sae, idx in zip(saes, features)]
-    losses = []
-    try:
-        with torch.inference_mode():
-            for row in rows:
-                ids = torch.tensor([row])
-                labels = ids.clone()
-                labels[:, 0] = -100
-                losses.append(float(lm.model(ids, labels=labels).loss))
-    finally:
-        for handle in handles:
-            handle.remove()
-    return losses
 
 
 def lines_rows(lm, lines: list[str]) -> list[list[int]]:
