@@ -45,7 +45,8 @@ class ArrayStore:
         self.items_hash = None
         self.path = "<arrays>"
 
-    def read_layers(self, layers=None, rows=None, pool: str = "last") -> np.ndarray:
+    def read_layers(self, layers=None, rows=None, pool: str = "last", device=None):
+        """As `Store.read_layers`: float32 numpy, or with `device` a torch tensor there."""
         if pool not in self.arrays:
             raise BabelprobeError(f"the activations have no {pool!r} pooling; they have {', '.join(self.pools)}")
         layers = self.layers if layers is None else [int(x) for x in np.atleast_1d(layers)]
@@ -55,7 +56,12 @@ class ArrayStore:
         columns = [self.layers.index(x) for x in layers]
         array = self.arrays[pool]
         picked = array[:, columns] if rows is None else array[np.ix_(np.asarray(rows), columns)]  # one copy
-        return np.asarray(picked, dtype=np.float32)
+        values = np.asarray(picked, dtype=np.float32)
+        if device is None:
+            return values
+        import torch
+
+        return torch.from_numpy(values).to(device)
 
     def read(self, layer: int, rows=None, pool: str = "last") -> np.ndarray:
         return self.read_layers([layer], rows, pool)[:, 0]
@@ -128,11 +134,9 @@ def layer_chunks(layers: list[int], n_rows: int, d_model: int, memory_gb: float)
 
 def read_checked(store, rows: np.ndarray, layers: list[int], pool: str, group: str, device=None):
     """float32 [len(rows), len(layers), d] read through the store, refusing NaN or inf with the group,
-    layer and item named. With `device` (an accelerator the solver runs on) and a store on disk, a torch
-    tensor there: the stored bits are copied and decoded and checked on the device, not by the host."""
-    if device is not None and isinstance(store, ArrayStore):
-        device = None  # already decoded in memory: the solver copies it
-    X = store.read_layers(layers, rows=rows, pool=pool, **({} if device is None else {"device": device}))
+    layer and item named. With `device` (an accelerator the solver runs on), a torch tensor there: a store on
+    disk copies its stored bits and they are decoded and checked on the device, not by the host."""
+    X = store.read_layers(layers, rows=rows, pool=pool, device=device)
     if device is not None:
         import torch
 
