@@ -216,10 +216,12 @@ READ_BACK_CACHE = 1 << 20  # bytes: larger read backs share one buffer of zeros 
 
 
 def host_zeros(shape: tuple[int, ...], dtype) -> torch.Tensor:
-    """What a read back gives: zeros. A large one (pooled states of a batch) is a buffer kept per shape, as a
+    """What a read back gives: zeros (True for flags). A large one (pooled states of a batch) is a buffer kept per shape, as a
     GPU's reads land in page-locked memory that PyTorch's host allocator keeps and reuses; a new buffer each
     time would charge the host for faulting in fresh pages, which a real run does not pay."""
     n = torch.Size(shape).numel()
+    if dtype == torch.bool:  # flags computed on the device (extraction's finite rows): zeros are finite
+        return torch.ones(shape, dtype=dtype)
     if n * dtype.itemsize < READ_BACK_CACHE:
         return torch.zeros(shape, dtype=dtype)
     kept = _KEPT.get(dtype)
@@ -317,8 +319,8 @@ def queued_reads() -> None:
     def init(self, values):
         _, self.sim_done_at = queued(lambda: readback_init(self, values))
 
-    def pooled(self):
-        rows, rows.sim_done_at = queued(lambda: result_async(self))
+    def pooled(self, *args, **kwargs):
+        rows, rows.sim_done_at = queued(lambda: result_async(self, *args, **kwargs))
         return rows
 
     def readback_waited(self):

@@ -631,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error(f"--pairs must be at least 1 (got {args.pairs})")
+    if args.tmp and not Path(args.tmp).is_dir():  # before the model is built, not after
+        parser.error(f"--tmp {args.tmp}: no such directory")
     rows, extra = run(args)
     n_languages = len(args.languages.split(","))
     header = {"shape": args.shape, "folds": folds(args), "hardware": hardware(args.device), "device": args.device,

@@ -196,6 +196,21 @@ def test_resume_redoes_only_missing_shards_with_identical_checksums(tmp_path):
     assert nothing.shards_written == 0 and nothing.shards_skipped == 5
 
 
+def test_a_bfloat16_extraction_stores_the_float32_states_rounded_to_nearest_even(tmp_path):
+    """The rows are encoded where they are pooled (`Pooler.result_async(encode=)`): the stored bits equal the
+    float32 store's values of the same passes rounded to nearest even, written out on their bits."""
+    from tests.test_store import bfloat16_bits
+
+    lm, items = tiny_lm("llama"), corpus_items()
+    for dtype in ("float32", "bfloat16"):
+        extract(lm, items, tmp_path / dtype, pool="both", dtype=dtype, shard_size=6, progress=False)
+    wide, narrow = open_store(tmp_path / "float32"), open_store(tmp_path / "bfloat16")
+    for pool in ("last", "mean"):
+        expected = bfloat16_bits(wide.read_layers(pool=pool)).astype(np.uint32) << 16
+        np.testing.assert_array_equal(narrow.read_layers(pool=pool).view(np.uint32), expected)
+    assert verify_store(tmp_path / "bfloat16") == []
+
+
 def test_other_settings_are_refused_unless_overwrite(tmp_path):
     lm, items = tiny_lm("llama"), corpus_items()
     extract(lm, items, tmp_path / "s", progress=False)

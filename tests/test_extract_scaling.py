@@ -136,10 +136,10 @@ def test_background_writer_overlaps_the_next_shards_forward(tmp_path, monkeypatc
             next_shard_ran.set()
         return real_run(self, batch, pooler)
 
-    def slow_write(self, index, keys, arrays):
+    def slow_write(self, index, keys, arrays, **options):
         if index == 0:
             assert next_shard_ran.wait(timeout=120), "no forward pass ran while shard 0 was being written"
-        return real_write(self, index, keys, arrays)
+        return real_write(self, index, keys, arrays, **options)
 
     monkeypatch.setattr(backends.HFBackend, "run", counting_run)
     monkeypatch.setattr(StoreWriter, "write_shard", slow_write)
@@ -156,10 +156,10 @@ def test_writer_errors_come_back_to_the_caller_and_nothing_partial_stays(tmp_pat
     lm, items = tiny_lm("llama"), corpus_items()
     real_write = StoreWriter.write_shard
 
-    def failing_write(self, index, keys, arrays):
+    def failing_write(self, index, keys, arrays, **options):
         if index == 1:
             raise BabelprobeError("cannot write shard 1 (simulated)")
-        return real_write(self, index, keys, arrays)
+        return real_write(self, index, keys, arrays, **options)
 
     monkeypatch.setattr(StoreWriter, "write_shard", failing_write)
     with pytest.raises(BabelprobeError, match=r"cannot write shard 1 \(simulated\)"):

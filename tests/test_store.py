@@ -243,3 +243,80 @@ def test_background_writer_reuses_every_written_shards_memory(tmp_path):
     writer.finish()
     assert len(made) == 6 and len({id(a) for a in made}) == 3  # the second wave took the first wave's arrays
     np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(), last)
+
+
+def bfloat16_bits(values: np.ndarray) -> np.ndarray:
+    """bfloat16 round to nearest even, written out on the float32 bits (the reference for finite values)."""
+    bits = values.view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_pooled_rows_encoded_where_pooled_equal_the_rounding_and_flag_non_finite_rows():
+    """`Pooler.result_async(encode=...)` gives the rows as the store keeps them: bfloat16 bits equal to round to
+    nearest even (ties included), float32 as they are, and a flag per row and layer that is False where any value
+    is NaN or infinite."""
+    from babelprobe.extract.capture import Pooler
+
+    hidden = torch.from_numpy(activations(3, layers=4, d=16, scale=300.0).reshape(3, 4, 16))
+    hidden[0, 1, 0] = float(np.array(0x3F808000, dtype=np.uint32).view(np.float32))  # a tie: 1.00390625
+    hidden[2, 3, 5] = float("nan")
+    pooler = Pooler(torch.ones(3, 4, dtype=torch.long), ("last",), 4, 16, exclude_bos=False)
+    for column in range(4):  # "layer" j's states: hidden[:, j] at every position, so its last token's too
+        pooler.add(column, hidden[:, column, None].expand(3, 4, 16))
+    expected = hidden.numpy()
+    rows = pooler.result_async(encode="bfloat16")
+    finite = rows.finite()["last"]
+    assert finite.tolist() == [[True] * 4, [True] * 4, [True, True, True, False]]
+    assert rows.wait()["last"].dtype == np.uint16
+    np.testing.assert_array_equal(rows.wait()["last"][finite], bfloat16_bits(expected[finite]))
+    assert bfloat16_bits(expected)[0, 1, 0] == 0x3F80  # the tie went to the even neighbour
+    np.testing.assert_array_equal(pooler.result_async(encode="float32").wait()["last"], expected)
+    assert pooler.result_async().finite() is None  # unencoded rows are not checked
+
+
+@pytest.mark.parametrize("encode", [True, False])
+def test_rows_encoded_on_the_device_write_the_bytes_the_host_writes(tmp_path, encode):
+    """A bfloat16 store assembled from rows encoded where they were pooled holds the bytes (and sha256) of the
+    same values encoded on the host (`write_store`); rows that come unencoded are encoded by the writer."""
+    from babelprobe.extract.background import BackgroundWriter
+    from babelprobe.extract.capture import PooledRows, Pooler
+    from babelprobe.extract.store import StoreWriter
+
+    n, layers, d = 10, 3, 8
+    keys, last = make_keys(n), activations(n, layers=layers, d=d, scale=1e3)
+    write_store(tmp_path / "host", keys, last, dtype="bfloat16", shard_size=4)
+    writer = StoreWriter(tmp_path / "dev", n_rows=n, layers=list(range(layers)), d_model=d, n_layers=layers,
+                         pools=("last",), dtype="bfloat16", shard_size=4)
+    writer.prepare(overwrite=False)
+    background = BackgroundWriter(writer, keys, (layers, d), [], update_manifest=True, threaded=False)
+    for rows in (np.array([9, 0, 4]), np.array([1, 2, 3, 5, 6, 7, 8])):
+        pooler = Pooler(torch.ones(len(rows), 1, dtype=torch.long), ("last",), layers, d, exclude_bos=False)
+        pooler.set("last", torch.from_numpy(last[rows]))
+        background.scattered(rows, pooler.result_async(encode="bfloat16") if encode else
+                             PooledRows({"last": torch.from_numpy(last[rows])}))
+    background.close()
+    writer.finish()
+    host, device = open_store(tmp_path / "host"), open_store(tmp_path / "dev")
+    assert [s["sha256"] for s in device.manifest["shards"]] == [s["sha256"] for s in host.manifest["shards"]]
+    np.testing.assert_array_equal(device.read_layers(), host.read_layers())
+    assert verify_store(tmp_path / "dev") == []
+
+
+@pytest.mark.parametrize("encode", ["bfloat16", "float32"])
+def test_a_non_finite_row_found_on_the_device_names_item_and_layer_and_writes_nothing(tmp_path, encode):
+    from babelprobe.extract.background import BackgroundWriter
+    from babelprobe.extract.capture import Pooler
+    from babelprobe.extract.store import StoreWriter
+
+    n, layers, d = 4, 3, 8
+    last = activations(n, layers=layers, d=d)
+    last[2, 1, 5] = np.inf
+    writer = StoreWriter(tmp_path / "s", n_rows=n, layers=[0, 4, 8], d_model=d, n_layers=8, pools=("last",),
+                         dtype=encode, shard_size=4)
+    writer.prepare(overwrite=False)
+    background = BackgroundWriter(writer, make_keys(n), (layers, d), [], update_manifest=True, threaded=False)
+    pooler = Pooler(torch.ones(n, 1, dtype=torch.long), ("last",), layers, d, exclude_bos=False)
+    pooler.set("last", torch.from_numpy(last[[3, 2, 1, 0]]))
+    with pytest.raises(BabelprobeError, match="last activations of layer 4 are not finite.*'en-2'"):
+        background.scattered(np.array([3, 2, 1, 0]), pooler.result_async(encode=encode))
+    assert not list((tmp_path / "s").glob("*.h5")) and not list((tmp_path / "s").glob(".*.tmp"))

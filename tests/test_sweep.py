@@ -69,10 +69,10 @@ def test_local_sweep_runs_two_models_by_two_slices_and_resumes_after_an_interrup
     # interrupt the second store's extraction when its third shard is about to be written
     real_write = StoreWriter.write_shard
 
-    def interrupted(self, index, keys, arrays):
+    def interrupted(self, index, keys, arrays, **options):
         if self.path == second and index == 2:
             raise KeyboardInterrupt
-        return real_write(self, index, keys, arrays)
+        return real_write(self, index, keys, arrays, **options)
 
     monkeypatch.setattr(StoreWriter, "write_shard", interrupted)
     assert main(args) == 130

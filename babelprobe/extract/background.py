@@ -3,7 +3,9 @@ thread of their own, so the device runs the next batches meanwhile instead of wa
 
 The extraction loop (`run.py`) sends it, in order: `start(k)` for a shard, `rows(rows, pooled)` for each
 batch (`pooled` is a `capture.PooledRows` whose copy to host memory may still be under way), and `end(k)`.
-The writer thread fills the shard's arrays as the copies complete and, at `end`, hands the shard to one of
+The writer thread fills the shard's arrays as the copies complete (as the store keeps them: a float32 or
+bfloat16 store's rows come encoded and checked from where they were pooled, `device_encoding`, so the host
+neither converts nor scans them) and, at `end`, hands the shard to one of
 `WRITERS` shard-writing threads, which write it through `StoreWriter.write_shard` — the same atomic write as
 before (temporary name, fsync, rename), so what a kill leaves on disk is unchanged — then update the manifest.
 Several shards are written at once because writing is host work larger than the device's at large widths
@@ -32,6 +34,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from babelprobe.extract.store import encode_array, not_finite, storage_dtype
+
 MAX_PENDING = 8  # batches of pooled rows in flight between the device and the disk
 # shards written at once: 2, up to 4 on a host with 16 cores or more (a GPU machine's), whose sha256 alone is
 # ~1 ms of CPU per item at an 8B model's width, both poolings (memory: this many shards being written, plus those
@@ -45,6 +49,12 @@ WRITERS = max(2, min(4, (os.cpu_count() or 1) // 4))
 # CPU binds). The spares never outnumber the shards once in use at the same time (a new shard takes one before
 # allocating), so the memory held is the peak already reached.
 POLL_S = 0.05
+
+
+def device_encoding(dtype: str) -> str | None:
+    """The encoding a store of `dtype` takes its pooled rows in from the device (`Pooler.result_async`): its
+    own, except float16's, whose shards are checked for overflow whole on the host (`store.check_values`)."""
+    return dtype if dtype in ("float32", "bfloat16") else None
 
 
 class BackgroundWriter:
@@ -65,6 +75,7 @@ class BackgroundWriter:
         self.waited = 0.0  # seconds the extraction loop spent waiting for room in the queue
         self.write_seconds = 0.0  # seconds spent writing shards (summed over the shard writers)
         self.threaded = threaded
+        self.encoding = device_encoding(writer.dtype)  # what `rows`/`scattered` take: `Pooler.result_async(encode=)`
         self.arrays, self.span = None, None  # the shard being assembled (writer side)
         self.open: dict[int, tuple[dict, int]] = {}  # scattered rows: shard -> (arrays, rows still missing)
         self.spare: list[dict] = []  # arrays of written shards, reused (the module's note on `spare`)
@@ -168,7 +179,8 @@ class BackgroundWriter:
                 self.arrays = self._arrays(self.span)
             elif kind == "rows":
                 _, rows, pooled = message
-                for pool, values in pooled.wait().items():
+                store_rows = self.span[0] + np.asarray(rows)
+                for pool, values in self._take(pooled, store_rows, np.arange(len(rows))).items():
                     self.arrays[pool][rows] = values
             elif kind == "scattered":
                 self._scatter(*message[1:])
@@ -179,8 +191,8 @@ class BackgroundWriter:
             self.error, self.stopping = err, True
 
     def _scatter(self, rows: np.ndarray, pooled, source) -> None:
-        values = pooled.wait()
         source = np.arange(len(rows)) if source is None else np.asarray(source)
+        values = self._take(pooled, np.asarray(rows), source)
         shards = np.asarray(rows) // self.writer.shard_size
         for index in np.unique(shards).tolist():
             span = self.writer.shard_rows(index)
@@ -199,14 +211,33 @@ class BackgroundWriter:
                 del self.open[index]
                 self._write(index, span, arrays)
 
+    def _take(self, pooled, store_rows: np.ndarray, source: np.ndarray) -> dict[str, np.ndarray]:
+        """A batch's pooled rows as the shard is assembled in (`encoding`), refused when not finite, naming the
+        item and layer as `store.check_values` does (store row `store_rows[k]` takes pooled row `source[k]`).
+        Rows that come unencoded (pooled without `encode`) are encoded and checked here."""
+        values, flags = pooled.wait(), pooled.finite()
+        if self.encoding is None:
+            return values  # float16: the whole shard is checked for overflow when written
+        if flags is None:
+            flags = {pool: np.isfinite(block).all(axis=-1) for pool, block in values.items()}
+            values = {pool: encode_array(block, self.encoding) for pool, block in values.items()}
+        for pool, found in flags.items():
+            bad = ~found[source]
+            if bad.any():
+                k, column = (int(i) for i in np.argwhere(bad)[0])
+                raise not_finite(pool, self.writer.layers[column], self.keys["item_id"].iloc[int(store_rows[k])])
+        return values
+
     def _arrays(self, span: tuple[int, int]) -> dict[str, np.ndarray]:
-        """The float32 arrays a shard is assembled in: a written shard's when their shape fits, else new."""
+        """The arrays a shard is assembled in (float32, or as stored when the rows come encoded): a written
+        shard's when their shape fits, else new."""
         shape = (span[1] - span[0], *self.shape)
         with self.lock:
             for k, arrays in enumerate(self.spare):
                 if next(iter(arrays.values())).shape == shape:
                     return self.spare.pop(k)
-        return {p: np.empty(shape, dtype=np.float32) for p in self.writer.pools}
+        dtype = np.float32 if self.encoding is None else storage_dtype(self.encoding)
+        return {p: np.empty(shape, dtype=dtype) for p in self.writer.pools}
 
     def _write(self, index: int, span: tuple[int, int], arrays: dict) -> None:
         """Write shard `index`: on a shard-writing thread when there are several (at most `WRITERS` at once)."""
@@ -221,7 +252,8 @@ class BackgroundWriter:
         if self.stopping:
             return  # an error or an abort came while this shard waited for a writer
         start = time.perf_counter()
-        record = self.writer.write_shard(index, self.keys.iloc[span[0]:span[1]], arrays)
+        record = self.writer.write_shard(index, self.keys.iloc[span[0]:span[1]], arrays,
+                                         encoded=self.encoding is not None)
         with self.lock:
             self.spare.insert(0, arrays)  # written: its memory serves the next shard
             self.shards_written += 1

@@ -16,6 +16,14 @@ device of its block: the pooler pools there (its index tensors are copied to eac
 copies only the pooled [batch, d_model] rows to its buffers on the input device. `result_async` copies
 the buffers into pinned host memory without blocking (CUDA), so the next batch can start while the
 copy runs; `PooledRows.wait` returns the numpy arrays once it is done (on CPU: at once, no copy).
+
+`result_async(encode=...)` hands the rows over as the store keeps them (float32, or bfloat16's bits as
+uint16), encoded and checked for NaN/inf where they were pooled, with a [batch, n_columns] flag of the finite
+rows: on a GPU the host then neither converts nor scans them, and half the bytes cross to it for a bfloat16
+store (an 8B model's every layer is 270 KB per item in bfloat16: the store's host work is what bound fused
+direct scoring, README "The store's writing"). The encoding is torch's float32 -> bfloat16 conversion, round
+to nearest even on every device, the same the store's host encoding (`store.encode_array`) uses, so the bytes
+are the same either way.
 """
 
 from __future__ import annotations
@@ -78,31 +86,63 @@ class Pooler:
         """All columns of `pool` at once ([batch, n_columns, d_model], pooled elsewhere: a remote trace)."""
         self.out[pool].copy_(values)
 
-    def result_async(self) -> PooledRows:
-        """Start copying the pooled states to host memory (pinned, non-blocking on CUDA); see `PooledRows`."""
-        if next(iter(self.out.values())).device.type != "cuda":
-            return PooledRows({pool: values.cpu() for pool, values in self.out.items()})
-        host = {}
-        for pool, values in self.out.items():
-            host[pool] = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
-            host[pool].copy_(values, non_blocking=True)  # queued on the device's current stream
+    def result_async(self, encode: str | None = None) -> PooledRows:
+        """Start copying the pooled states to host memory (pinned, non-blocking on CUDA); see `PooledRows`.
+        `encode` ("float32" or "bfloat16"): the rows encoded as a store of that dtype keeps them, with the
+        flags of finite rows (module docstring); None: float32 rows, unchecked."""
+        out, finite = self.out, None
+        if encode is not None:
+            finite = {pool: torch.isfinite(values).all(dim=-1) for pool, values in out.items()}
+            out = {pool: encoded(values, encode) for pool, values in out.items()}
+        if next(iter(out.values())).device.type != "cuda":
+            return PooledRows({pool: values.cpu() for pool, values in out.items()}, None,
+                              None if finite is None else {pool: flags.cpu() for pool, flags in finite.items()})
+        host = {pool: to_pinned(values) for pool, values in out.items()}  # queued on the device's current stream
+        flags = None if finite is None else {pool: to_pinned(values) for pool, values in finite.items()}
         done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(values.device))
-        return PooledRows(host, done)
+        done.record(torch.cuda.current_stream(next(iter(out.values())).device))
+        return PooledRows(host, done, flags)
 
     def result(self) -> dict[str, np.ndarray]:
         """The pooled states as float32 numpy arrays [batch, n_columns, d_model] (one copy off the device)."""
         return self.result_async().wait()
 
 
+def encoded(values: torch.Tensor, dtype: str) -> torch.Tensor:
+    """float32 `values` as a store of `dtype` keeps them: float32, or bfloat16's bits (int16 to torch, read as
+    uint16 on the host)."""
+    if dtype == "float32":
+        return values
+    if dtype == "bfloat16":
+        return values.to(torch.bfloat16).view(torch.int16)
+    raise ValueError(f"rows are encoded on the device as float32 or bfloat16, not {dtype!r}")
+
+
+def to_pinned(values: torch.Tensor) -> torch.Tensor:
+    """A non-blocking copy of device `values` into new page-locked host memory."""
+    host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+    return host.copy_(values, non_blocking=True)
+
+
 class PooledRows:
     """Pooled states on their way to host memory: `wait()` blocks until the copy is done (a CUDA event)
-    and returns them as numpy arrays. Safe to call from another thread."""
+    and returns them as numpy arrays (bfloat16 bits as uint16); `finite()` then the flags of the rows found
+    finite on the device ([batch, n_columns] per pool), or None when the rows were not checked there. Safe to
+    call from another thread."""
 
-    def __init__(self, host: dict[str, torch.Tensor], done=None):
-        self.host, self.done = host, done
+    def __init__(self, host: dict[str, torch.Tensor], done=None, finite: dict[str, torch.Tensor] | None = None):
+        self.host, self.done, self.flags = host, done, finite
 
     def wait(self) -> dict[str, np.ndarray]:
         if self.done is not None:
             self.done.synchronize()
-        return {pool: values.numpy() for pool, values in self.host.items()}
+        return {pool: as_numpy(values) for pool, values in self.host.items()}
+
+    def finite(self) -> dict[str, np.ndarray] | None:
+        self.wait()
+        return None if self.flags is None else {pool: flags.numpy() for pool, flags in self.flags.items()}
+
+
+def as_numpy(values: torch.Tensor) -> np.ndarray:
+    array = values.numpy()
+    return array.view(np.uint16) if array.dtype == np.int16 else array  # bfloat16 bits, as the store keeps them

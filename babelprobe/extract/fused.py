@@ -138,7 +138,7 @@ class StoreCapture:
             finally:
                 self.pooler = None
             rows = [(row, j) for j, i in enumerate(batch["rows"]) for row in unique_rows[i]]
-            self.background.scattered(np.array([r for r, _ in rows]), pooler.result_async(),
+            self.background.scattered(np.array([r for r, _ in rows]), pooler.result_async(self.background.encoding),
                                       np.array([j for _, j in rows]))
 
         return capture

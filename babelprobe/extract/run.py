@@ -305,9 +305,9 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
     clock, fill = ForwardClock(lm.device), min_fill(lm.device)
     attention = sync_free_attention(lm) if backend_name == "hf" else nullcontext()
     with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode(), attention:
-        runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock)
         background = BackgroundWriter(writer, keys, (len(layers), lm.d_model), records,
                                       update_manifest=world.size == 1, threaded=remote != "local")
+        runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock, background.encoding)
         try:
             for k in shards:
                 r0, r1 = writer.shard_rows(k)
@@ -377,9 +377,10 @@ class _BatchRunner:
     """Runs one length-sorted batch through the backend and returns its pooled rows (on their way to host
     memory); halves the batch and retries when the GPU runs out of memory."""
 
-    def __init__(self, lm, backend, layers, pools, padding_side, stats, clock: ForwardClock):
+    def __init__(self, lm, backend, layers, pools, padding_side, stats, clock: ForwardClock,
+                 encode: str | None = None):
         self.lm, self.backend, self.layers, self.pools = lm, backend, layers, pools
-        self.padding_side, self.stats, self.clock = padding_side, stats, clock
+        self.padding_side, self.stats, self.clock, self.encode = padding_side, stats, clock, encode
         self.exclude_bos = lm.bos_policy == "bos"
 
     def run(self, rows: list[int], encodings) -> list:
@@ -404,7 +405,7 @@ class _BatchRunner:
         begun = self.clock.begin()
         self.backend.run(batch, pooler)
         self.clock.end(begun)
-        result = pooler.result_async()
+        result = pooler.result_async(self.encode)
         self.stats["real_tokens"] += sum(len(e.ids) for e in encodings)
         self.stats["processed_tokens"] += int(batch["input_ids"].numel())
         return result

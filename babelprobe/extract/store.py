@@ -142,9 +142,7 @@ def check_values(values: np.ndarray, layers: list[int], pool: str, keys: pd.Data
         high, low = float(block.max(initial=0.0)), float(block.min(initial=0.0))
         if not (np.isfinite(high) and np.isfinite(low)):
             row = int(np.argwhere(~np.isfinite(block))[0][0])
-            raise BabelprobeError(f"{pool} activations of layer {layer} are not finite (NaN or inf) for item "
-                                  f"{keys['item_id'].iloc[row]!r}; the model overflowed its compute dtype: "
-                                  "run the model in float32 (--model-dtype float32) or check the model")
+            raise not_finite(pool, layer, keys['item_id'].iloc[row])
         peak = max(high, -low)
         if peak > worst:
             worst_layer, worst = layer, peak
@@ -155,6 +153,12 @@ def check_values(values: np.ndarray, layers: list[int], pool: str, keys: pd.Data
     raise BabelprobeError(f"{pool} activations of layer {worst_layer} reach |x| = {worst:.5g}, beyond float16's "
                           f"largest value {FLOAT16_MAX:.0f}; store float32 or bfloat16 instead, or pass "
                           "--on-overflow bfloat16 (or float32) to store such shards in that dtype")
+
+
+def not_finite(pool: str, layer: int, item_id: str) -> BabelprobeError:
+    return BabelprobeError(f"{pool} activations of layer {layer} are not finite (NaN or inf) for item {item_id!r}; "
+                           "the model overflowed its compute dtype: run the model in float32 (--model-dtype "
+                           "float32) or check the model")
 
 
 def sha256_of(array: np.ndarray) -> str:
@@ -320,8 +324,11 @@ class StoreWriter:
         except OSError:
             return False
 
-    def write_shard(self, index: int, keys: pd.DataFrame, arrays: dict[str, np.ndarray]) -> dict:
-        """Write shard `index` (keys and float32 arrays [rows, layers, d]) atomically; return its record."""
+    def write_shard(self, index: int, keys: pd.DataFrame, arrays: dict[str, np.ndarray],
+                    encoded: bool = False) -> dict:
+        """Write shard `index` (keys and float32 arrays [rows, layers, d]) atomically; return its record.
+        `encoded`: the arrays are already in the store's dtype and checked finite (`capture.Pooler.result_async`
+        with `encode=self.dtype`), as they are stored."""
         start, stop = self.shard_rows(index)
         keys = normalise_keys(keys)
         if len(keys) != stop - start:
@@ -337,8 +344,11 @@ class StoreWriter:
             if tuple(values.shape) != expected:
                 raise BabelprobeError(f"{pool} array of shard {index} has shape {tuple(values.shape)}, "
                                       f"expected {expected}")
-            dtype = check_values(values, self.layers, pool, keys, self.dtype, self.on_overflow)
-            stored[pool] = encode_array(values, dtype)
+            if encoded and values.dtype != storage_dtype(self.dtype):
+                raise ValueError(f"{pool} array of shard {index} is {values.dtype}, not {self.dtype} as stored")
+            dtype = self.dtype if encoded else check_values(values, self.layers, pool, keys, self.dtype,
+                                                            self.on_overflow)
+            stored[pool] = values if encoded else encode_array(values, dtype)
             record["dtype"][pool] = dtype
             record["sha256"][pool] = sha256_of(stored[pool])
         try:
