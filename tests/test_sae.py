@@ -536,7 +536,8 @@ def test_sae_also_sae_ablation_equals_the_released_two_layer_ce_loss(tmp_path, t
         assert table.loc[(off, language), "also_features"] == f"2: {top[off][1]}"
 
 
-@pytest.mark.parametrize("case", ["same layer", "beyond the model", "ablate 0", "another width", "no layer"])
+@pytest.mark.parametrize("case", ["same layer", "beyond the model", "ablate 0", "another width", "no layer",
+                                  "paper gap"])
 def test_inconsistent_also_sae_is_one_line_before_the_model_loads(tmp_path, capsys, tiny_dir, monkeypatch, case):
     import babelprobe.models
 
@@ -551,6 +552,7 @@ def test_inconsistent_also_sae_is_one_line_before_the_model_loads(tmp_path, caps
         "ablate 0": (3, 32, ["--ablate", "0"], "--also-sae adds layers to the ablation, and --ablate 0"),
         "another width": (3, 16, [], "reads states of width 16, --sae"),
         "no layer": (3, 32, [], "--also-sae takes folders that name their layer"),
+        "paper gap": (1, 32, ["--protocol", "paper"], "--sae and --also-sae give layers 1, 2: give SAEs of layers 3 .. 3"),
     }[case]
     also = gemma_scope_folder(tmp_path / "also", planted(d_in=width, d_sae=8), layer=layer, config=case != "no layer")
     fails([*_run_argv(tiny_dir, main_sae, tmp_path / "out"), "--also-sae", also, *extra], capsys, needle,

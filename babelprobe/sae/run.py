@@ -160,7 +160,8 @@ def _one_layer(spec) -> int | None:
 def _also_saes(folders, sae: SAE, settings: Settings) -> list[SAE]:
     """The SAEs also ablated (`also_sae`), loaded and checked against `sae` and each other before any model
     loads: one SAE per layer (two at a layer would ablate it twice, in an order nobody chose), the same
-    width, and an ablation to add them to."""
+    width, an ablation to add them to, and under `--protocol paper` the release's consecutive layers from
+    `sae`'s (any set of layers otherwise)."""
     also = [one if isinstance(one, SAE) else load_sae(one, flag="--also-sae") for one in folders]
     if also and settings.ablate == 0:
         raise BabelprobeError("--also-sae adds layers to the ablation, and --ablate 0 ablates nothing; give --ablate "
@@ -174,6 +175,12 @@ def _also_saes(folders, sae: SAE, settings: Settings) -> list[SAE]:
             raise BabelprobeError(f"--also-sae {one.path} reads states of width {one.d_in}, --sae {sae.path} of "
                                   f"{sae.d_in}: SAEs of two models")
         seen[one.layer] = one.path
+    layers = sorted(seen)
+    if also and settings.protocol == "paper" and layers != list(range(sae.layer, sae.layer + len(layers))):
+        raise BabelprobeError(f"--protocol paper ablates layers L .. L+N-1 from --sae's layer L, as Deng et al.'s "
+                              f"--modified_layer_num N does; --sae and --also-sae give layers "
+                              f"{', '.join(map(str, layers))}: give SAEs of layers {sae.layer + 1} .. "
+                              f"{sae.layer + len(also)}, or leave --protocol paper out")
     return also
 
 
