@@ -216,8 +216,8 @@ READ_BACK_CACHE = 1 << 20  # bytes: larger read backs share one buffer of zeros 
 
 
 def host_zeros(shape: tuple[int, ...], dtype) -> torch.Tensor:
-    """What a read back gives: zeros (True for flags). A large one (pooled states of a batch) is a buffer kept per shape, as a
-    GPU's reads land in page-locked memory that PyTorch's host allocator keeps and reuses; a new buffer each
+    """What a read back gives: zeros (True for flags). A large one (pooled states of a batch) is a buffer kept per
+    shape, as a GPU's reads land in page-locked memory that PyTorch's host allocator keeps and reuses; a new buffer each
     time would charge the host for faulting in fresh pages, which a real run does not pay."""
     n = torch.Size(shape).numel()
     if dtype == torch.bool:  # flags computed on the device (extraction's finite rows): zeros are finite

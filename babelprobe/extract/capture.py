@@ -22,14 +22,16 @@ uint16), encoded and checked for NaN/inf where they were pooled, with a [batch, 
 rows: on a GPU the host then neither converts nor scans them, and half the bytes cross to it for a bfloat16
 store (an 8B model's every layer is 270 KB per item in bfloat16: the store's host work is what bound fused
 direct scoring, README "The store's writing"). The encoding is torch's float32 -> bfloat16 conversion, round
-to nearest even on every device, the same the store's host encoding (`store.encode_array`) uses, so the bytes
-are the same either way.
+to nearest even on every device (`store.encode_tensor`, which the host's `store.encode_array` uses too), so
+the bytes are the same either way.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from babelprobe.extract.store import encode_tensor
 
 # the site mechanism's names, kept here for the code that imports them from extraction
 from babelprobe.sites.hooks import StopForward, first_input, hidden_of  # noqa: F401
@@ -93,7 +95,7 @@ class Pooler:
         out, finite = self.out, None
         if encode is not None:
             finite = {pool: torch.isfinite(values).all(dim=-1) for pool, values in out.items()}
-            out = {pool: encoded(values, encode) for pool, values in out.items()}
+            out = {pool: encode_tensor(values, encode) for pool, values in out.items()}
         if next(iter(out.values())).device.type != "cuda":
             return PooledRows({pool: values.cpu() for pool, values in out.items()}, None,
                               None if finite is None else {pool: flags.cpu() for pool, flags in finite.items()})
@@ -106,16 +108,6 @@ class Pooler:
     def result(self) -> dict[str, np.ndarray]:
         """The pooled states as float32 numpy arrays [batch, n_columns, d_model] (one copy off the device)."""
         return self.result_async().wait()
-
-
-def encoded(values: torch.Tensor, dtype: str) -> torch.Tensor:
-    """float32 `values` as a store of `dtype` keeps them: float32, or bfloat16's bits (int16 to torch, read as
-    uint16 on the host)."""
-    if dtype == "float32":
-        return values
-    if dtype == "bfloat16":
-        return values.to(torch.bfloat16).view(torch.int16)
-    raise ValueError(f"rows are encoded on the device as float32 or bfloat16, not {dtype!r}")
 
 
 def to_pinned(values: torch.Tensor) -> torch.Tensor:

@@ -86,11 +86,20 @@ def encode_array(values: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "float16":
         return values.astype(np.float16)
     if dtype == "bfloat16":
-        import torch
-
-        bits = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).to(torch.bfloat16)
-        return bits.view(torch.int16).numpy().view(np.uint16)
+        values = _torch().from_numpy(np.ascontiguousarray(values, dtype=np.float32))
+        return encode_tensor(values, dtype).numpy().view(np.uint16)
     raise BabelprobeError(f"unknown store dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+
+
+def encode_tensor(values, dtype: str):
+    """float32 torch `values`, on any device, as a float32 or bfloat16 store keeps them: float32, or bfloat16's
+    bits (int16 to torch, uint16 in the store; torch rounds to nearest even on every device)."""
+    if dtype == "float32":
+        return values
+    if dtype == "bfloat16":
+        torch = _torch()
+        return values.to(torch.bfloat16).view(torch.int16)
+    raise ValueError(f"rows are encoded as float32 or bfloat16 on a device, not {dtype!r}")
 
 
 def decode_array(stored: np.ndarray, dtype: str) -> np.ndarray:
