@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -255,3 +257,29 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
     assert any(line.startswith("floor/babelprobe: ") for line in lines)
     assert any(line.startswith("device 0.764 ms per pair: floor/device ") for line in lines)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
+    """perf/probe_phase.py on a tiny store: a row per round with the phase, its parts and the replayed fits,
+    and the median ratio (no timing asserted); its results go to a temporary folder that is gone afterwards."""
+    from babelprobe.extract.store import write_store
+
+    rng = np.random.default_rng(0)
+    keys = pd.DataFrame([{"item_id": f"{lang}-{subset}-{k}-{side}", "pair_id": f"{lang}-{subset}-{k}", "language": lang,
+                          "subset": subset, "label": int(side == "good")}
+                         for lang in ("en", "de") for subset in ("a", "b") for k in range(3) for side in ("good", "bad")])
+    write_store(tmp_path / "acts", keys, last=rng.normal(size=(len(keys), 3, 8)), n_layers=2)
+    (tmp_path / "out").mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
+                           "--folds", "3", "--repeat", "2", "--tmp", str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert ": 24 items, 4 groups of 6–6 items, 3 layers × 8, 3 folds, " in lines[0]
+    rounds = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rounds) == 2 and all(len(line.split("|")) == 8 for line in rounds)
+    assert lines[-1].startswith("floor/phase, median of rounds 2–2: ")
+    assert list((tmp_path / "out").iterdir()) == []
+    missing = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path)],
+                             capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 2 and "no activation store there" in missing.stderr

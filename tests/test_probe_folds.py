@@ -18,7 +18,7 @@ from babelprobe.probes.controls import (
     shuffled_labels,
 )
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
-from babelprobe.probes.peaks import bootstrap_f1, peak_summary
+from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, linear_quantiles, peak_summary
 
 
 def pairs(n_pairs):
@@ -137,3 +137,41 @@ def test_bootstrap_replicates_recompute_fold_f1():
     assert summary["first_within_1se"] == 1 and summary["peak_relative_depth"] == 0.5
     near = peak_summary(np.array([4, 5, 6]), np.array([0.85, 0.9, 0.7]), np.array([0.1, 0.06, 0.1]), reps, 12)
     assert near["first_within_1se"] == 4
+
+
+@pytest.mark.parametrize("scheme, n_pairs, n_folds", [("grouped", 3, 3), ("plain", 7, 3), ("grouped", 12, 5)])
+def test_every_bootstrap_replicate_is_sklearn_weighted_f1(scheme, n_pairs, n_folds):
+    """All replicates and layers, small groups included, where a replicate often leaves a fold without
+    weight (skipped in the average, as is a fold with nothing true or predicted positive)."""
+    rng = np.random.default_rng(n_pairs)
+    labels, pair_ids = pairs(n_pairs)
+    fold = make_folds(labels, pair_ids, n_folds, scheme, seed=1)
+    pred = rng.random((4, len(labels))) < 0.6
+    pred[3] = False  # a layer that never predicts positive: F1 0 where anything is true
+    reps = bootstrap_f1(pred, labels, fold, n_folds, pair_ids, 60, np.random.default_rng(7))
+    counts = np.random.default_rng(7).multinomial(n_pairs, np.full(n_pairs, 1 / n_pairs), size=60)
+    weights = counts[:, np.unique(pair_ids, return_inverse=True)[1]]
+    for b, w in enumerate(weights):
+        for layer in range(len(pred)):
+            f1s = [f1_score(labels[test], pred[layer, test], sample_weight=w[test], zero_division=0)
+                   for test in (fold == k for k in range(n_folds))
+                   if (w[test] * ((labels[test] == 1) | pred[layer, test])).sum() > 0]
+            expected = np.mean(f1s) if f1s else np.nan
+            np.testing.assert_allclose(reps[b, layer], expected, rtol=1e-12, atol=0)
+    assert np.isfinite(reps).mean() > 0.5
+
+
+@pytest.mark.parametrize("n_boot", [1, 2, 7, 1000])
+def test_interval_quantiles_are_numpys(n_boot):
+    """One sort, then numpy's interpolation: the values np.quantile gives, ties (F1 of few items) included."""
+    rng = np.random.default_rng(n_boot)
+    for values in (rng.integers(0, 5, size=(n_boot, 6)) / 4.0, rng.random((n_boot, 6))):
+        for qs in ((0.025, 0.975), (0.0, 0.5, 1.0), (0.1, 0.9)):
+            for got, q in zip(linear_quantiles(values, qs), qs, strict=True):
+                np.testing.assert_allclose(got, np.quantile(values, q, axis=0), rtol=1e-15, atol=0)
+        low, high = f1_intervals(values, 0.9)
+        np.testing.assert_allclose(low, np.quantile(values, 0.05, axis=0), rtol=1e-15, atol=0)
+        np.testing.assert_allclose(high, np.quantile(values, 0.95, axis=0), rtol=1e-15, atol=0)
+    with_nan = rng.random((max(n_boot, 3), 4))
+    with_nan[0, 1] = np.nan
+    np.testing.assert_allclose(f1_intervals(with_nan)[0], np.nanquantile(with_nan, 0.025, axis=0))

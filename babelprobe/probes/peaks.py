@@ -13,8 +13,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from babelprobe.probes.metrics import f1_from_counts
-
 
 def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds: int, pair_ids: np.ndarray,
                  n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -32,27 +30,48 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     _, pair_of = np.unique(pair_ids, return_inverse=True)
     n_pairs = pair_of.max() + 1
     counts = rng.multinomial(n_pairs, np.full(n_pairs, 1 / n_pairs), size=n_boot)  # [B, pairs]
-    weight = counts[:, pair_of].astype(float)  # [B, n]
-    truth = labels == 1
-    per_fold = []
-    for k in range(n_folds):
-        test = fold == k
-        w, p, t = weight[:, test], pred[:, test].T.astype(float), truth[test]  # p: [n_k, L]
-        tp, fp, fn = w[:, t] @ p[t], w[:, ~t] @ p[~t], w[:, t] @ (1 - p[t])
-        f1 = f1_from_counts(tp, fp, fn)
-        f1[(2 * tp + fp + fn) == 0] = np.nan  # no weight on this fold (or nothing to score) in this replicate
-        per_fold.append(f1)
+    n_layers = len(pred)
+    truth, p = (labels == 1)[:, None], pred.T.astype(float)  # p: [n, L]
+    # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator
+    terms = np.concatenate([2 * truth * p, truth + p], axis=1)  # [n, 2L]
+    # the folds side by side, each padded with zeros to the largest, so that one batched product sums them all
+    # (the weights are counts and the terms small integers: every sum is exact, whatever its order)
+    order = np.argsort(fold, kind="stable")
+    sizes = np.bincount(fold, minlength=n_folds)
+    at = np.arange(len(fold)) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # each sorted item's place in its fold
+    weight = np.zeros((n_folds, n_boot, sizes.max()))
+    weight[fold[order], :, at] = counts[:, pair_of[order]].T
+    design = np.zeros((n_folds, sizes.max(), 2 * n_layers))
+    design[fold[order], at] = terms[order]
+    numerator, denominator = weight @ design[..., :n_layers], weight @ design[..., n_layers:]  # [folds, B, L]
+    # a denominator of 0 has a numerator of 0 (F1 0, sklearn's zero_division); any other is at least 1
+    f1 = numerator / np.maximum(denominator, 1)
+    used = (denominator > 0).sum(0)  # a fold without weight (or nothing to score) in a replicate is left out
     with np.errstate(all="ignore"):
-        return np.nanmean(np.stack(per_fold), axis=0)
+        return np.where(used > 0, f1.sum(0) / used, np.nan)
 
 
 def f1_intervals(replicates: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile interval per layer from `replicates` [n_boot, L]."""
     alpha = (1 - level) / 2
     if not np.isnan(replicates).any():  # the same quantiles, computed for all layers at once
-        low, high = np.quantile(replicates, [alpha, 1 - alpha], axis=0)
+        low, high = linear_quantiles(replicates, (alpha, 1 - alpha))
         return low, high
     return np.nanquantile(replicates, alpha, axis=0), np.nanquantile(replicates, 1 - alpha, axis=0)
+
+
+def linear_quantiles(values: np.ndarray, qs) -> list[np.ndarray]:
+    """`np.quantile(values, q, axis=0)` for each q (its default method, Hyndman & Fan's type 7, and its
+    interpolation) from one sort of `values` (no NaN): numpy partitions on every call, which costs more than
+    the sort on the small arrays of a group's bootstrap (`tests/test_probe_folds.py` checks equality)."""
+    ordered = np.sort(values, axis=0)
+    out = []
+    for q in qs:
+        at = (len(ordered) - 1) * q
+        below = int(np.floor(at))
+        a, b, t = ordered[below], ordered[min(below + 1, len(ordered) - 1)], at - below
+        out.append(b - (b - a) * (1 - t) if t >= 0.5 else a + (b - a) * t)  # numpy's _lerp: exact at both ends
+    return out
 
 
 def peak_summary(layers: np.ndarray, f1_mean: np.ndarray, f1_se: np.ndarray, replicates: np.ndarray,
@@ -64,7 +83,10 @@ def peak_summary(layers: np.ndarray, f1_mean: np.ndarray, f1_se: np.ndarray, rep
     layer whose F1 is within one standard error of the peak) and its relative depth."""
     layers = np.asarray(layers)
     best = int(np.argmax(f1_mean))  # first maximum: the shallowest on ties
-    boot_peaks = layers[np.nanargmax(np.nan_to_num(replicates, nan=-np.inf), axis=1)]
+    if np.isnan(replicates).any():
+        boot_peaks = layers[np.nanargmax(np.nan_to_num(replicates, nan=-np.inf), axis=1)]
+    else:  # the same without the copy
+        boot_peaks = layers[replicates.argmax(1)]
     alpha = (1 - level) / 2
     within = np.flatnonzero(f1_mean >= f1_mean[best] - f1_se[best])
     first = int(layers[within[0]])

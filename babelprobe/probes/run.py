@@ -27,6 +27,7 @@ threads inside one solve (one group alone: L-BFGS spreads its layers over the th
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -171,7 +172,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
               "n_layers": store.n_layers, "store": str(getattr(store, "path", "")),
               "fingerprint": getattr(store, "fingerprint", None), "items_hash": getattr(store, "items_hash", None),
               "device": str(device) if device else None, "dtype": str(dtype) if dtype else None,
-              "exact_max": exact_max, "libraries": _versions(),
+              "exact_max": exact_max, "libraries": dict(_versions()),
               "solver_record": solver_record([part["probe"] for part in parts])}
     # every group's columns joined once (a table per group and a concatenation cost more than the fits on small groups)
     table = _with_settings(_frame([p["table"] for p in parts]), record)
@@ -470,6 +471,7 @@ def _transfer_with_diagonal(store, by, layers, table, **options) -> pd.DataFrame
     return both.sort_values(order, ignore_index=True)
 
 
+@lru_cache(maxsize=1)  # a package lookup reads metadata files: ~4 ms each sweep otherwise
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -105,10 +105,12 @@ def usable_keys(store, by, pool: str) -> pd.DataFrame:
     if usable.empty:
         raise BabelprobeError(f"store {store.path} has no items labelled 0 or 1 (all {len(keys)} are -1); "
                               "probes need acceptable and unacceptable items")
-    for key, part in group_rows(keys, by):
-        if not labels[part].isin([0, 1]).any():
-            raise BabelprobeError(f"group {group_name(by, key)} has no items labelled 0 or 1 (all are -1); "
-                                  "leave it out or fix its labels")
+    if by:  # every group needs a usable item (one groupby, not a pass per group)
+        usable_in = labels.isin([0, 1]).groupby([keys[column] for column in by], sort=True).any()
+        if not usable_in.all():
+            key = usable_in.index[~usable_in.to_numpy()][0]
+            raise BabelprobeError(f"group {group_name(by, key if isinstance(key, tuple) else (key,))} has no items "
+                                  "labelled 0 or 1 (all are -1); leave it out or fix its labels")
     return usable
 
 

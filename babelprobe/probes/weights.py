@@ -189,7 +189,7 @@ class Probes:
             f.attrs["settings"] = json.dumps(self.settings, default=str)
             f.create_dataset("layers", data=np.asarray(self.layers, dtype=np.int64))
             for name in ARRAYS:
-                f.create_dataset(name, data=getattr(self, name).astype(np.float64))
+                f.create_dataset(name, data=np.asarray(getattr(self, name), dtype=np.float64))  # no copy when float64
             for name, (dtype, _) in RECORDS.items():
                 f.create_dataset(name, data=getattr(self, name).astype(dtype))
             table = f.create_group("groups", track_order=True)

@@ -1,0 +1,81 @@
+"""The probe phase alone, on an activation store you already have, against its floor measured in the same run.
+
+The phase is compare's neuro stage: the probe sweep (cross-validated probes of every layer of every language ×
+negative-type group, with their tables, bootstrap intervals and peaks) and its result written (`neuro.csv`, its
+folds, out-of-fold scores, peaks and probe weights). Its floor is the replay of the sweep's own solver calls
+(`floors.FitCalls`, as `perf/workflow.py` measures it): the fits without anything around them. With a store made
+once (`babelprobe extract`, or the store of a `compare` run) this times the phase at any group size without
+running the model phases again: perf/workflow.py's `--pairs 2` gives groups of 4 items, where everything but
+the fits counts; XCOMPS's groups have 7,184. The replay keeps the recorded calls' activations in memory (the
+store's layers in float32).
+
+    OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --acts runs/x/acts --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import floors  # noqa: E402
+
+from babelprobe.comparison import CompareSettings  # noqa: E402
+from babelprobe.extract import open_store  # noqa: E402
+from babelprobe.probes import probe  # noqa: E402
+from babelprobe.probes.source import group_rows, usable_keys  # noqa: E402
+
+
+def one_round(acts: Path, settings, fits: floors.FitCalls, out: Path) -> dict:
+    """The phase once (the sweep, then its result written), its solver calls recorded; then their replay."""
+    fits.calls.clear()
+    fits.recording = True
+    start = time.perf_counter()
+    result = probe(acts, settings, progress=False)
+    swept = time.perf_counter()
+    result.write(out / "neuro.csv")
+    done = time.perf_counter()
+    fits.recording = False
+    replay, _ = fits.replay(torch.device("cpu"))
+    return {"phase": done - start, "sweep": swept - start, "write": done - swept, "replay": replay}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--acts", required=True, type=Path, help="an activation store directory")
+    parser.add_argument("--folds", type=int, default=5, help="compare's folds (XCOMPS: 5)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (the first also warms up)")
+    parser.add_argument("--tmp", type=Path, default=None, help="where the results are written (a temporary folder)")
+    args = parser.parse_args(argv)
+    if not (args.acts / "manifest.json").exists():
+        parser.error(f"--acts {args.acts}: no activation store there (no manifest.json)")
+    store = open_store(args.acts)
+    settings = replace(CompareSettings().probe, folds=args.folds)
+    sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
+    print(f"{args.acts}: {len(store)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
+          f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, {torch.get_num_threads()} thread(s)")
+    print("| round | phase s | sweep s | write s | replay s (floor) | floor/phase |")
+    print("|---|---|---|---|---|---|")
+    ratios = []
+    with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        for k in range(args.repeat):
+            seconds = one_round(args.acts, settings, fits, Path(tmp))
+            ratios.append(seconds["replay"] / seconds["phase"])
+            print(f"| {k + 1} | {seconds['phase']:.3f} | {seconds['sweep']:.3f} | {seconds['write']:.3f} | "
+                  f"{seconds['replay']:.3f} | {ratios[-1]:.3f} |", flush=True)
+    later = ratios[1:] or ratios  # the first round pays first imports and caches
+    print(f"floor/phase, median of rounds {2 if len(ratios) > 1 else 1}–{len(ratios)}: {statistics.median(later):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
