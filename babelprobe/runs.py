@@ -202,7 +202,17 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         rows_of = items.groupby(items[unit].map({pid: i // chunk_pairs for i, pid in enumerate(pair_ids)}),
                                 sort=False).indices  # each chunk's rows, in the items' order
         with TokenMeter(model, bar):
-            pipelined([items.iloc[rows_of[index]] for index in todo], *_steps(score), done=write)
+            try:
+                pipelined([items.iloc[rows_of[index]] for index in todo], *_steps(score), done=write)
+            except Exception as err:
+                if not _out_of_memory(err):
+                    raise
+                budget = getattr(score, "batch_tokens", None)
+                raise BabelprobeError(
+                    f"{desc}: the device ran out of memory ({str(err).splitlines()[0][:160]}); finished chunks "
+                    f"({len(list(partial.glob('chunk-*.parquet')))}) are kept in {partial}: run the same command "
+                    f"with a smaller --batch-tokens{f' (this run: {budget})' if budget else ''} to go on from them"
+                ) from err
         bar.close()
         frames = [pd.read_parquet(partial / f"chunk-{i:05d}.parquet") for i in range(len(chunks))]
         result = pd.concat(frames, ignore_index=True) if frames else score(items)
@@ -212,6 +222,12 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
     finally:
         lock.release()
         Path(lock.lock_file).unlink(missing_ok=True)
+
+
+def _out_of_memory(err: Exception) -> bool:
+    import torch  # loaded already: something ran a model
+
+    return isinstance(err, torch.OutOfMemoryError)
 
 
 def _steps(score) -> tuple:

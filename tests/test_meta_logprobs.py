@@ -73,6 +73,42 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
             np.testing.assert_allclose(s.logprobs, e, atol=2e-5, err_msg=f"{name} {options}: {text!r} from {start}")
 
 
+
+@pytest.mark.parametrize(("room_budgets", "past", "chunk_budgets"), [(None, 8, 16), (3, 3, 3), (0.5, 1, 2)],
+                         ids=["ample", "small-gpu", "tiny-gpu"])
+def test_accelerator_plans_fit_the_device_memory(tiny, monkeypatch, room_budgets, past, chunk_budgets):
+    """On CUDA (here its memory stood in for) a batch's copied past and a chunk's kept keys and values stay
+    within `kv_room`, a quarter of the device's memory beyond the weights: with room for 3 budgets' keys and
+    values, 3 past tokens per budget token and chunks of 3 budgets; with less than one, 1 and the least chunk (2
+    budgets); with ample room the constants (8 and 16 budgets). The scores stay the plain forward pass's."""
+    import babelprobe.benchmarks.core.prefix as prefix
+
+    budget, kv = 40, prefix._kv_bytes_per_token(tiny)
+    weights = sum(p.numel() * p.element_size() for p in (*tiny.model.parameters(), *tiny.model.buffers()))
+    room = 10**15 if room_budgets is None else int(room_budgets * budget * kv)
+    monkeypatch.setattr(prefix, "past_budget", lambda device: prefix.PAST_PER_TOKEN)
+    monkeypatch.setattr(prefix, "_device_total", lambda device: weights + 4 * room + 3)
+    assert prefix.kv_room(tiny) == room
+    seen, plan_tree, chunks = {}, prefix._plan_tree, prefix._prefix_chunks
+
+    def planned(*args):  # (tree, ids, targets, first_slot, batch_tokens, past, pad_id, pin)
+        seen["past"] = args[5]
+        return plan_tree(*args)
+
+    def chunked(lengths, common, chunk_tokens):
+        seen["chunk"] = chunk_tokens
+        return chunks(lengths, common, chunk_tokens)
+
+    monkeypatch.setattr(prefix, "_plan_tree", planned)
+    monkeypatch.setattr(prefix, "_prefix_chunks", chunked)
+    texts, starts = requests()
+    scored = shared_prefix_logprobs(tiny, texts, starts, batch_tokens=budget, progress=False)
+    assert seen == {"past": past, "chunk": chunk_budgets * budget}
+    for text, start, s in zip(texts, starts, scored):
+        np.testing.assert_allclose(s.logprobs, reference(tiny, text, start), atol=2e-5)
+    monkeypatch.undo()
+    assert prefix.kv_room(tiny) is None  # a CPU: no limit from memory
+
 def test_same_tokens_and_flags_as_the_core(tiny):
     texts, starts = requests()
     texts.append("Ein Hund kann bellen.")

@@ -100,3 +100,32 @@ def test_an_interruption_keeps_the_finished_chunks_and_removes_the_hook(tiny, it
     # the resumed run batched the texts otherwise (one pair per chunk): a score sums ~20 float32 log-probs, each
     # within ~1e-7 relative of its value in any batch, so the sums agree to 20 × 1.2e-7 ≈ 2.4e-6 relative; 1e-5
     np.testing.assert_allclose(again[scores].to_numpy(float), whole[scores].to_numpy(float), rtol=1e-5, atol=0)
+
+
+def test_running_out_of_device_memory_is_one_line_and_keeps_the_finished_chunks(tiny, items, tmp_path):
+    """A scorer's batch too large for the GPU: a one-line error naming --batch-tokens and where the finished
+    chunks are; the same command with a smaller budget goes on from them."""
+    import torch
+
+    from babelprobe.benchmarks.direct import DirectScorer
+    from babelprobe.errors import BabelprobeError
+
+    out, calls = tmp_path / "direct.csv", []
+
+    class TooBig(DirectScorer):
+        def run(self, prepared, progress=False):
+            if calls:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 8.00 GiB (GPU 0; 23.6 GiB total)")
+            calls.append(1)
+            return super().run(prepared, progress)
+
+    with pytest.raises(BabelprobeError) as caught:
+        score_resumably(TooBig(tiny, batch_tokens=64), items, out, {"what": "test"}, chunk_pairs=1, progress=False,
+                        model=tiny)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("scoring: the device ran out of memory (CUDA out of memory.")
+    assert f"finished chunks (1) are kept in {partial_dir(out)}" in message and "(this run: 64)" in message
+    assert isinstance(caught.value.__cause__, torch.OutOfMemoryError) and not out.exists()
+    again = score_resumably(DirectScorer(tiny, batch_tokens=32), items, out, {"what": "test"}, chunk_pairs=1,
+                            progress=False, model=tiny)
+    assert len(again) == items["pair_id"].nunique() and out.exists()

@@ -16,7 +16,8 @@ from the kept KV rows. How large a batch may be depends on the device (`past_bud
 compute is proportional to every token in the batch, rows × (longest past + longest segment) stays under
 the token budget; on an accelerator, whose cost per forward pass is mostly fixed overhead unless the batch is
 large, the budget bounds the new tokens (rows × longest segment), and the copied past may be
-`PAST_PER_TOKEN` times as large (it costs memory and bandwidth, not matmuls).
+`PAST_PER_TOKEN` times as large (it costs memory and bandwidth, not matmuls), less where a CUDA device's memory
+beyond the weights is small (`kv_room`, which also bounds the keys and values a chunk keeps).
 
 The passes run under `models.sync_free_attention` (transformers' SDPA without its per-pass read of the mask).
 """
@@ -47,6 +48,26 @@ def past_budget(device: torch.device) -> int | None:
     return None if device.type == "cpu" else PAST_PER_TOKEN
 
 
+def kv_room(lm: LoadedModel) -> int | None:
+    """Bytes that a chunk's kept keys and values, and separately a batch's copied past, may each take on a CUDA
+    device: a quarter of its memory beyond the model's weights there (the rest: the batch's activations and
+    projections, and PyTorch's cache). None elsewhere (no limit known: the constants hold). On an 80 GB GPU under
+    an 8B model in bfloat16 this is ~16 GB, above `CHUNK_KV_BYTES`; on a 24 GB one ~2 GB, where 8 GiB would not
+    fit."""
+    total = _device_total(lm.device)
+    if total is None:
+        return None
+    weights = sum(t.numel() * t.element_size() for t in (*lm.model.parameters(), *lm.model.buffers())
+                  if t.device == lm.device)
+    return max(0, total - weights) // 4
+
+
+def _device_total(device: torch.device) -> int | None:
+    if device.type != "cuda":
+        return None
+    return torch.cuda.get_device_properties(device).total_memory
+
+
 def _kv_bytes_per_token(lm: LoadedModel) -> int:
     """Bytes of keys and values one token keeps over all layers (from the config; 1 when it does not say)."""
     config = lm.model.config
@@ -65,10 +86,10 @@ def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[i
 
     Texts are sorted so that alike ones are neighbours and processed in chunks of about `chunk_tokens`
     distinct tokens (default 2 × batch_tokens; on an accelerator `PAST_PER_TOKEN` times that, at most
-    `CHUNK_KV_BYTES` of keys and values); a chunk's keys and values, every layer's for every token, are kept
-    until it is done (37 KB per token on the default model: about 300 MB on a CPU; 128 KB per token at
-    Llama-3.1-8B's shape in bfloat16: 8 GiB, 65k tokens, on a GPU). Sliding-
-    window layers keep everything too; their window comes from the attention mask.
+    `CHUNK_KV_BYTES` of keys and values, and on CUDA at most `kv_room`, which also shortens the copied past);
+    a chunk's keys and values, every layer's for every token, are kept until it is done (37 KB per token on
+    the default model: about 300 MB on a CPU; 128 KB per token at Llama-3.1-8B's shape in bfloat16: 8 GiB,
+    65k tokens, on a GPU). Sliding-window layers keep everything too; their window comes from the attention mask.
     `tests/test_meta_logprobs.py` checks the result against a plain forward pass, sliding layers included."""
     plan = plan_prefix(lm, texts, score_from, names, batch_tokens, truncate, chunk_tokens)
     return plan.collect(run_prefix(lm, plan, progress=progress).wait())
@@ -110,9 +131,12 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
               if positions}
     first_slot = np.concatenate([[0], np.cumsum([len(t) for t in targets])])
     pin, past = lm.device.type == "cuda", past_budget(lm.device)
+    kv, room = _kv_bytes_per_token(lm), kv_room(lm) if past is not None else None
+    if room is not None:  # the copied past and the chunk's keys and values within what the device holds
+        past = max(1, min(past, room // (batch_tokens * kv)))
     if chunk_tokens is None:
-        chunk_tokens = 2 * batch_tokens if past is None else \
-            max(2 * batch_tokens, min(2 * batch_tokens * past, CHUNK_KV_BYTES // _kv_bytes_per_token(lm)))
+        kept = CHUNK_KV_BYTES if room is None else min(CHUNK_KV_BYTES, room)
+        chunk_tokens = 2 * batch_tokens if past is None else max(2 * batch_tokens, min(2 * batch_tokens * past, kept // kv))
     order = sorted(inputs, key=inputs.get)
     common = _common_prefixes([inputs[i] for i in order])
     chunks, slots = [], []
