@@ -57,8 +57,10 @@ def kv_room(lm: LoadedModel) -> int | None:
     total = _device_total(lm.device)
     if total is None:
         return None
+    here = lm.device if lm.device.index is not None or lm.device.type != "cuda" else \
+        torch.device("cuda", torch.cuda.current_device())  # "cuda" alone: the weights say "cuda:0"
     weights = sum(t.numel() * t.element_size() for t in (*lm.model.parameters(), *lm.model.buffers())
-                  if t.device == lm.device)
+                  if t.device == here)
     return max(0, total - weights) // 4
 
 
