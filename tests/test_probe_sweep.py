@@ -284,6 +284,8 @@ def test_bad_input_is_named(small, tmp_path):
     unlabelled = keys.assign(label=np.where(keys["language"] == "de", -1, keys["label"]))
     with pytest.raises(BabelprobeError, match="group language=de subset=random has no items labelled 0 or 1"):
         run_probes(ArrayStore(unlabelled, last=X))
+    with pytest.raises(BabelprobeError, match="group language=de has no items labelled 0 or 1"):
+        run_probes(ArrayStore(unlabelled, last=X), by=("language",))
     with pytest.raises(BabelprobeError, match="no 'label' field"):
         run_probes(ArrayStore(keys.drop(columns="label"), last=X))
     one_class = keys[keys["label"] == 1].reset_index(drop=True)
