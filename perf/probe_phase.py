@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.acts / "manifest.json").exists():
         parser.error(f"--acts {args.acts}: no activation store there (no manifest.json)")
+    if args.tmp and not args.tmp.is_dir():
+        parser.error(f"--tmp {args.tmp}: no such directory")
     store = open_store(args.acts)
     settings = replace(CompareSettings().probe, folds=args.folds)
     sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]

@@ -283,3 +283,6 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path)],
                              capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 2 and "no activation store there" in missing.stderr
+    no_tmp = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
+                             "--tmp", str(tmp_path / "absent")], capture_output=True, text=True, cwd=ROOT)
+    assert no_tmp.returncode == 2 and "--tmp" in no_tmp.stderr and "no such directory" in no_tmp.stderr
