@@ -136,9 +136,11 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
     kv, room = _kv_bytes_per_token(lm), kv_room(lm) if past is not None else None
     if room is not None:  # the copied past and the chunk's keys and values within what the device holds
         past = max(1, min(past, room // (batch_tokens * kv)))
-    if chunk_tokens is None:
+    if chunk_tokens is None and past is None:  # a CPU
+        chunk_tokens = 2 * batch_tokens
+    elif chunk_tokens is None:
         kept = CHUNK_KV_BYTES if room is None else min(CHUNK_KV_BYTES, room)
-        chunk_tokens = 2 * batch_tokens if past is None else max(2 * batch_tokens, min(2 * batch_tokens * past, kept // kv))
+        chunk_tokens = max(2 * batch_tokens, min(2 * batch_tokens * past, kept // kv))
     order = sorted(inputs, key=inputs.get)
     common = _common_prefixes([inputs[i] for i in order])
     chunks, slots = [], []
