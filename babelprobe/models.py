@@ -93,13 +93,27 @@ class Encoding(NamedTuple):
 
 # ------------------------------------------------------------------------------------- batching
 
-def length_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
-    """Indices sorted by length (longest first) and cut so that batch size × longest length ≤ budget."""
+MIN_FILL = 0.9
+
+
+def min_fill(device: torch.device) -> float:
+    """How full `length_batches` keeps each row (its `fill`): on a CPU padding costs as much as real
+    tokens and a forward pass has little fixed cost, so rows are kept 90% full; on a GPU each forward pass
+    costs a fixed ~25 ms of Python and kernel launches (an 8B model in transformers' eager mode, measured
+    on an H200: 331 fill-cut batches took 13.7 s where the 43 budget-only batches of the same texts took
+    5.4 s), so batches are cut by the budget alone."""
+    return MIN_FILL if device.type == "cpu" else 0.0
+
+
+def length_batches(lengths: list[int], batch_tokens: int, fill: float = 0.0) -> list[list[int]]:
+    """Indices sorted by length (longest first) and cut so that batch size × longest ≤ budget, and where a
+    text is shorter than `fill` × its batch's longest (every text then fills at least that share of its
+    row: `min_fill(device)`, 90% on a CPU, where padding costs what tokens cost)."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches, current = [], []
     for i in order:
         longest = lengths[current[0]] if current else lengths[i]
-        if current and (len(current) + 1) * longest > batch_tokens:
+        if current and ((len(current) + 1) * longest > batch_tokens or lengths[i] < fill * longest):
             batches.append(current)
             current = []
         current.append(i)

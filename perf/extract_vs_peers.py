@@ -2,7 +2,7 @@
 
 On the same items and model, each variant runs in its own subprocess (so its peak RSS is its own):
 
-  bare            the model body over exactly babelprobe's batches (`shard_batches`), no
+  bare            the model body over exactly babelprobe's batches (`models.length_batches`), no
                   capture, no store: the limit
   bp-hf, bp-transformer_lens, bp-nnsight
                   `babelprobe.extract` with that backend, last-token pooling of all layers, into a
@@ -103,8 +103,8 @@ SYNTHETIC = {
 
 def bp_batches(lm, items, batch_tokens):
     """The batches `extract` makes: per shard (default size), sorted by length under the token budget."""
-    from babelprobe.extract.run import min_fill, shard_batches
     from babelprobe.extract.store import default_shard_size
+    from babelprobe.models import length_batches, min_fill
 
     encodings = lm.encode(items["text"].tolist())
     size = default_shard_size(lm.n_layers + 1, lm.d_model)
@@ -112,7 +112,7 @@ def bp_batches(lm, items, batch_tokens):
     for start in range(0, len(encodings), size):
         shard = encodings[start:start + size]
         lengths = [len(e.ids) for e in shard]
-        batches += [[shard[i] for i in b] for b in shard_batches(lengths, batch_tokens, min_fill(lm.device))]
+        batches += [[shard[i] for i in b] for b in length_batches(lengths, batch_tokens, min_fill(lm.device))]
     return batches
 
 

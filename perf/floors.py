@@ -92,10 +92,10 @@ class ModelCalls:
                 self.calls.setdefault(self.phase, []).append(("body", inputs, flags, shapes))
             return self.forward(*args, **kwargs)
 
-        def logits(hidden):
+        def logits(hidden, vocab=None):
             if self.phase is not None:
-                self.calls.setdefault(self.phase, []).append(("logits", hidden.shape, hidden.dtype))
-            return self.logits(hidden)
+                self.calls.setdefault(self.phase, []).append(("logits", hidden.shape, hidden.dtype, vocab))
+            return self.logits(hidden, vocab)
 
         body.forward, parts.logits = forward, logits
         return self
@@ -125,10 +125,10 @@ class ModelCalls:
                     with Clock(device) as clock:
                         self.forward(**kwargs)
                 else:
-                    _, shape, dtype = call
+                    _, shape, dtype, vocab = call
                     states = zeros(lm, shape, dtype)
                     with Clock(device) as clock:
-                        project(lm, states, self.logits)
+                        project(lm, states, self.logits, vocab)
                 seconds += clock.seconds
                 cpu += clock.cpu_seconds
         return seconds, cpu
@@ -143,12 +143,12 @@ def zeros(lm, shape, dtype) -> torch.Tensor:
     return torch.zeros(shape, dtype=dtype, device=lm.device)
 
 
-def project(lm, states: torch.Tensor, logits=None) -> None:
-    """What a scorer does with the states that predict scored tokens: logits, the target's and the
-    log-normaliser (`logprobs._gathered_logprobs`, with zero targets)."""
+def project(lm, states: torch.Tensor, logits=None, vocab: slice | None = None) -> None:
+    """What a scorer does with the states that predict scored tokens: logits (of `vocab`'s token ids: a CPU's
+    block), the target's and the log-normaliser (`logprobs._gathered_logprobs`, with zero targets)."""
     from babelprobe.benchmarks.core.logprobs import _logsumexp_
 
-    values = (logits or lm.parts.logits)(states).float()
+    values = (logits or lm.parts.logits)(states, vocab).float()
     values.gather(1, torch.zeros(len(states), 1, dtype=torch.long, device=values.device))
     _logsumexp_(values)
 

@@ -318,11 +318,14 @@ def run(args) -> tuple[list[dict], dict]:
 
 
 def simulate_gpu_batching() -> None:
-    """The simulated device is batched as a GPU is: extraction's batches cut by the budget alone, prefix-tree
-    batches bounded by their new tokens (the device policies of `extract.run.min_fill`, `prefix.past_budget`)."""
+    """The simulated device is batched as a GPU is: plain batches cut by the budget alone, prefix-tree
+    batches bounded by their new tokens (the device policies of `models.min_fill`, `prefix.past_budget`)."""
     import babelprobe.extract.run as extract_run
 
-    extract_run.min_fill = lambda device: 0.0
+    policy = extract_run.min_fill  # where an older babelprobe (a "before" run) has it; imported into others
+    for module in [m for m in sys.modules.values() if getattr(m, "__name__", "").startswith("babelprobe")]:
+        if getattr(module, "min_fill", None) is policy:
+            module.min_fill = lambda device: 0.0
     try:
         import babelprobe.benchmarks.core.prefix as prefix
     except ImportError:  # an older babelprobe (a "before" run) has no device policy for prefix trees

@@ -143,11 +143,11 @@ def test_float16_overflow_through_extraction(tmp_path):
     assert np.abs(store.read(0)).max() > 65504 and verify_store(tmp_path / "s") == []
 
 
-def test_shard_batches_cover_every_text_once_within_budget_and_fill():
-    from babelprobe.extract.run import shard_batches
+def test_fill_batches_cover_every_text_once_within_budget_and_fill():
+    from babelprobe.models import MIN_FILL, length_batches
 
     lengths = list(np.random.default_rng(0).integers(3, 40, size=500))
-    batches = shard_batches(lengths, 256)
+    batches = length_batches(lengths, 256, MIN_FILL)
     assert sorted(i for b in batches for i in b) == list(range(500))
     for batch in batches:
         width = max(lengths[i] for i in batch)
@@ -158,16 +158,16 @@ def test_shard_batches_cover_every_text_once_within_budget_and_fill():
 
 
 def test_gpu_batches_are_cut_by_the_budget_alone():
-    """On a GPU a forward pass has a large fixed cost, so extraction does not cut batches for fill there:
-    its batches are then `length_batches`' (fewer, fuller), and on a CPU they stay 90% full."""
-    from babelprobe.extract.run import MIN_FILL, min_fill, shard_batches
-    from babelprobe.models import length_batches
+    """On a GPU a forward pass has a large fixed cost, so batches are not cut for fill there: each but the
+    last is full (one more text would pass the budget), fewer than a CPU's, which stay 90% full."""
+    from babelprobe.models import MIN_FILL, length_batches, min_fill
 
     lengths = list(np.random.default_rng(1).integers(3, 40, size=300))
     assert min_fill(torch.device("cpu")) == MIN_FILL and min_fill(torch.device("cuda")) == 0.0
-    gpu = shard_batches(lengths, 256, min_fill(torch.device("cuda")))
-    assert gpu == length_batches(lengths, 256)
-    assert len(gpu) < len(shard_batches(lengths, 256, min_fill(torch.device("cpu"))))
+    gpu = length_batches(lengths, 256, min_fill(torch.device("cuda")))
+    for batch in gpu[:-1]:
+        assert (len(batch) + 1) * max(lengths[i] for i in batch) > 256
+    assert len(gpu) < len(length_batches(lengths, 256, min_fill(torch.device("cpu"))))
 
 
 def test_parse_layers():

@@ -31,6 +31,29 @@ def test_matches_plain_forward_pass(arch, side):
         assert s.n_tokens == len(lm.encode([text])[0].ids) - 1  # every token after BOS
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gpt2", "llama-bias"])
+def test_blockwise_projection_matches_plain_forward_pass(arch, monkeypatch):
+    """A CPU projects the vocabulary a block at a time (`CPU_VOCAB_BLOCK`): blocks of 64 ids, the last one
+    short, and 7 rows at a time, against the model's own forward (Gemma-3's soft-cap, a head with a bias)."""
+    import babelprobe.benchmarks.core.logprobs as logprobs
+
+    lm = tiny_lm(arch.split("-")[0])
+    if arch.endswith("bias"):
+        head = lm.model.lm_head
+        head.bias = torch.nn.Parameter(torch.randn(head.out_features, generator=torch.Generator().manual_seed(1)))
+    vocab = lm.parts.head.weight.shape[0]
+    assert vocab % 64 and vocab > 64 * 5
+    monkeypatch.setattr(logprobs, "CPU_VOCAB_BLOCK", 64)
+    monkeypatch.setattr(logprobs, "CPU_ROWS", 7)
+    slices = []
+    original = lm.parts.logits
+    monkeypatch.setattr(lm.parts, "logits", lambda hidden, vocab=None: slices.append(vocab) or original(hidden, vocab))
+    scored = token_logprobs(lm, TEXTS, batch_tokens=40, progress=False)
+    assert slices and all(s is not None and s.stop - s.start == 64 for s in slices)
+    for text, s in zip(TEXTS, scored):
+        np.testing.assert_allclose(s.logprobs, reference_token_logprobs(lm, text), atol=1e-5)
+
+
 def test_batched_equals_one_at_a_time(tiny):
     together = token_logprobs(tiny, TEXTS, batch_tokens=4096, progress=False)
     alone = [token_logprobs(tiny, [t], progress=False)[0] for t in TEXTS]

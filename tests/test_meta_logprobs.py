@@ -58,6 +58,7 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
     """Also with an accelerator's batches (`prefix.past_budget`: the budget bounds the new tokens, the copied
     past may be 8 times as large), which hold more rows of longer pasts, and with the keys and values kept per
     layer (as for a model dispatched over devices) instead of in one tensor."""
+    import babelprobe.benchmarks.core.logprobs as logprobs
     import babelprobe.benchmarks.core.prefix as prefix
 
     monkeypatch.setattr(prefix, "past_budget", lambda device: past)
@@ -65,8 +66,12 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
     lm = MODELS[name]()
     texts, starts = requests()
     expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
-    # one big batch; many small batches and chunks (a node's past then comes from earlier batches)
-    for options in ({"batch_tokens": 4096}, {"batch_tokens": 60, "chunk_tokens": 50}):
+    # one big batch; many small batches and chunks (a node's past then comes from earlier batches), their
+    # states projected 5 at a time (collected over batches and cut) in blocks of 64 token ids
+    for options, rows, block in (({"batch_tokens": 4096}, 1024, 4096),
+                                 ({"batch_tokens": 60, "chunk_tokens": 50}, 5, 64)):
+        monkeypatch.setattr(logprobs, "CPU_ROWS", rows)
+        monkeypatch.setattr(logprobs, "CPU_VOCAB_BLOCK", block)
         scored = shared_prefix_logprobs(lm, texts, starts, progress=False, **options)
         for text, start, s, e in zip(texts, starts, scored, expected):
             assert s.n_tokens == len(e) > 0

@@ -7,7 +7,7 @@ How a run goes:
   2. rank 0 takes the store's lock, checks an existing store (same settings: resume; other settings:
      refuse unless `overwrite`), removes partial leftovers and lists the shards still to do;
   3. each process takes its shards; in a shard, texts are sorted by length and cut into batches under a
-     token budget, on a CPU each text filling at least 90% of its row (`shard_batches`), run once through the
+     token budget, on a CPU each text filling at least 90% of its row (`models.length_batches`), run once through the
      model by a backend that pools inside the forward pass; the pooled rows leave the device without
      blocking (pinned host memory on CUDA); on a GPU out-of-memory the batch is halved and retried;
   4. a background thread (`background.py`) puts the rows back in item order and writes each finished
@@ -37,7 +37,7 @@ from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
-from babelprobe.models import length_batches, pad_batch, sync_free_attention
+from babelprobe.models import length_batches, min_fill, pad_batch, sync_free_attention
 from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
 
@@ -112,36 +112,6 @@ def parse_pools(pool) -> tuple[str, ...]:
     if bad or not pools:
         raise BabelprobeError(f"unknown pooling {pool!r}; use last, mean or both")
     return tuple(p for p in POOLS if p in pools)
-
-
-# -------------------------------------------------------------------------------------- batching
-
-MIN_FILL = 0.9
-
-
-def min_fill(device: torch.device) -> float:
-    """How full a row must be before `shard_batches` cuts a batch: on a CPU padding costs as much as real
-    tokens and a forward pass has little fixed cost, so rows are kept 90% full; on a GPU each forward pass
-    costs a fixed ~25 ms of Python and kernel launches (an 8B model in transformers' eager mode, measured
-    on an H200: 331 fill-cut batches took 13.7 s where the 43 budget-only batches of the same texts took
-    5.4 s), so batches are cut by the budget alone."""
-    return MIN_FILL if device.type == "cpu" else 0.0
-
-
-def shard_batches(lengths: list[int], batch_tokens: int, min_fill: float = MIN_FILL) -> list[list[int]]:
-    """`length_batches` (longest first, batch size × longest ≤ budget), each batch cut further where a
-    text is shorter than `min_fill` × the batch's longest: every text then fills at least 90% of its
-    row, so little padding is processed whatever the budget (a few more, smaller batches)."""
-    out = []
-    for batch in length_batches(lengths, batch_tokens):
-        current = [batch[0]]
-        for i in batch[1:]:
-            if lengths[i] < min_fill * lengths[current[0]]:
-                out.append(current)
-                current = []
-            current.append(i)
-        out.append(current)
-    return out
 
 
 # ------------------------------------------------------------------------------------------ run
@@ -313,7 +283,7 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                 r0, r1 = writer.shard_rows(k)
                 shard_encodings = encodings[r0:r1]
                 background.start(k)
-                for batch in shard_batches([len(e.ids) for e in shard_encodings], batch_tokens, fill):
+                for batch in length_batches([len(e.ids) for e in shard_encodings], batch_tokens, fill):
                     for rows, pooled in runner.run(batch, shard_encodings):
                         background.rows(rows, pooled)
                     stats["items_done"] += len(batch)

@@ -15,6 +15,7 @@ from functools import cached_property
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from babelprobe.errors import BabelprobeError
 
@@ -38,9 +39,14 @@ class Parts:
     family: object | None = None  # the `sites.table.Family` these were found by
     missing: dict[str, str] = field(default_factory=dict)  # "final_norm" / "mlp" -> why it is not there
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """What the HF CausalLM forward computes from final hidden states (after the final norm)."""
-        out = self.head(hidden)
+    def logits(self, hidden: torch.Tensor, vocab: slice | None = None) -> torch.Tensor:
+        """What the HF CausalLM forward computes from final hidden states (after the final norm); with `vocab`,
+        only those token ids' logits (a plain `nn.Linear` head only: `sliceable_head`)."""
+        if vocab is None:
+            out = self.head(hidden)
+        else:
+            bias = self.head.bias
+            out = F.linear(hidden, self.head.weight[vocab], None if bias is None else bias[vocab])
         if self.logit_scale is not None:
             out = out * self.logit_scale
         if self.logit_divisor is not None:
@@ -50,6 +56,11 @@ class Parts:
         if self.device is not None and out.device != self.device:
             out = out.to(self.device)
         return out
+
+    def sliceable_head(self, device: torch.device) -> bool:
+        """Whether `logits(..., vocab=slice)` may be used: the head is a plain linear layer (not quantised or
+        wrapped) whose weight is on `device`."""
+        return type(self.head) is nn.Linear and self.head.weight.device == device
 
     def normed(self, hidden: torch.Tensor) -> torch.Tensor:
         """Pre-final-norm states (a layer's residual stream) through the model's final norm, as the model

@@ -35,6 +35,7 @@ from babelprobe.benchmarks.core.logprobs import (
     TokenLogprobs,
     _distinct_requests,
     _gathered_logprobs,
+    projected_rows,
 )
 from babelprobe.models import LoadedModel, sync_free_attention
 
@@ -161,7 +162,14 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
     layer, one row per node; row 0, the root, is the padding row); the log-probs stay on the device until the
     one read back."""
     bar = tqdm(total=plan.n_tokens, unit="tok", desc="scoring", disable=not progress, dynamic_ncols=True)
-    pending = []
+    pending, states, token_ids = [], [], []
+    rows = projected_rows(lm, lm.device)
+
+    def project():  # the batches' needed states together: few, full projections instead of one per batch
+        pending.append(_gathered_logprobs(lm, torch.cat(states), torch.cat(token_ids)))
+        states.clear()
+        token_ids.clear()
+
     with torch.inference_mode(), sync_free_attention(lm):
         for n_nodes, batches in plan.chunks:
             kept = _NodeKV(n_nodes)
@@ -169,10 +177,14 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
                 hidden = _run_segments(lm, batch, kept)
                 if batch["slots"] is not None:
                     at = hidden.device
-                    states = hidden[batch["need_rows"].to(at, non_blocking=True),
-                                    batch["need_cols"].to(at, non_blocking=True)]
-                    pending.append(_gathered_logprobs(lm, states, batch["token_ids"].to(at, non_blocking=True)))
+                    states.append(hidden[batch["need_rows"].to(at, non_blocking=True),
+                                         batch["need_cols"].to(at, non_blocking=True)])
+                    token_ids.append(batch["token_ids"].to(at, non_blocking=True))
+                    if sum(len(s) for s in states) >= rows:
+                        project()
                 bar.update(batch["n_new"])
+        if states:
+            project()
         bar.close()
         return Readback(torch.cat(pending) if pending else torch.zeros(0, dtype=torch.float64))
 
