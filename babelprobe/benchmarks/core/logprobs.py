@@ -240,7 +240,7 @@ def _blockwise_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.
     n_blocks = -(-vocab // CPU_VOCAB_BLOCK)
     maxima = torch.empty(len(states), n_blocks)
     sums = torch.empty(len(states), n_blocks)
-    picked = torch.empty(len(states))
+    picked = torch.full((len(states),), float("nan"))  # an id outside the vocabulary stays NaN, never garbage
     for block, low in enumerate(range(0, vocab, CPU_VOCAB_BLOCK)):
         logits = lm.parts.logits(states, vocab=slice(low, low + CPU_VOCAB_BLOCK)).float()
         inside = (token_ids >= low) & (token_ids < low + CPU_VOCAB_BLOCK)
