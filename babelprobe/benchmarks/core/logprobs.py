@@ -211,7 +211,7 @@ def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.T
     The result stays on the model's device: callers read their results back once, after their last batch,
     instead of making the host wait for the device after every batch."""
     vocab = lm.parts.head.weight.shape[0]
-    blocked = states.device.type == "cpu" and lm.parts.sliceable_head(states.device)
+    blocked = _blockwise(lm, states.device)
     chunk = projected_rows(lm, states.device)
     out = []
     for start in range(0, len(states), chunk):
@@ -228,9 +228,12 @@ def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.T
 def projected_rows(lm: LoadedModel, device: torch.device) -> int:
     """How many states `_gathered_logprobs` projects at once on `device` (callers that gather states from many
     small batches collect this many first)."""
-    if device.type == "cpu" and lm.parts.sliceable_head(device):
-        return CPU_ROWS
-    return max(1, LOGIT_CHUNK_BYTES // (4 * lm.parts.head.weight.shape[0]))
+    return CPU_ROWS if _blockwise(lm, device) else max(1, LOGIT_CHUNK_BYTES // (4 * lm.parts.head.weight.shape[0]))
+
+
+def _blockwise(lm: LoadedModel, device: torch.device) -> bool:
+    """Whether states on `device` are projected a block of the vocabulary at a time: a CPU, a plain linear head."""
+    return device.type == "cpu" and lm.parts.sliceable_head(device)
 
 
 def _blockwise_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor, vocab: int) -> torch.Tensor:
