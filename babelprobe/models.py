@@ -93,33 +93,67 @@ class Encoding(NamedTuple):
 
 # ------------------------------------------------------------------------------------- batching
 
-MIN_FILL = 0.9
+# A forward pass's fixed cost in tokens' worth of its per-token cost: what a cut into one more batch must save
+# in padding to pay off. CPU, the default model on one thread: the body runs 3.3-4.8 ms a token in passes under
+# 256 tokens and 2.6-2.8 ms at 512 and more (README "CPU, the real Gemma-3-270M"), ~64 tokens a pass.
+# Accelerators: an 8B model's pass costs ~25 ms of launches and weight reads whatever its size (331 fill-cut
+# batches took 13.7 s, 43 budget-only ones of the same texts 5.4 s, an H200), against 31.7 us a token
+# (perf/simulated.py's measured rate): ~790 tokens.
+CPU_PASS_TOKENS = 64
+ACCELERATOR_PASS_TOKENS = 768
 
 
-def min_fill(device: torch.device) -> float:
-    """How full `length_batches` keeps each row (its `fill`): on a CPU padding costs as much as real
-    tokens and a forward pass has little fixed cost, so rows are kept 90% full; on a GPU each forward pass
-    costs a fixed ~25 ms of Python and kernel launches (an 8B model in transformers' eager mode, measured
-    on an H200: 331 fill-cut batches took 13.7 s where the 43 budget-only batches of the same texts took
-    5.4 s), so batches are cut by the budget alone."""
-    return MIN_FILL if device.type == "cpu" else 0.0
+def pass_tokens(device: torch.device) -> int:
+    """The fixed cost of one forward pass on `device`, in tokens (`length_batches`' `pass_tokens`)."""
+    return CPU_PASS_TOKENS if device.type == "cpu" else ACCELERATOR_PASS_TOKENS
 
 
-def length_batches(lengths: list[int], batch_tokens: int, fill: float = 0.0) -> list[list[int]]:
-    """Indices sorted by length (longest first) and cut so that batch size × longest ≤ budget, and where a
-    text is shorter than `fill` × its batch's longest (every text then fills at least that share of its
-    row: `min_fill(device)`, 90% on a CPU, where padding costs what tokens cost)."""
+def length_batches(lengths: list[int], batch_tokens: int, pass_tokens: int | None = None) -> list[list[int]]:
+    """Indices sorted by length (longest first) and cut so that batch size × longest ≤ budget. With
+    `pass_tokens` (`pass_tokens(device)`) the cuts are the cheapest ones, a batch costing its padded tokens
+    (rows × longest) plus `pass_tokens` (`cheapest_batches`); without, batches are cut by the budget alone."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
-        if current and ((len(current) + 1) * longest > batch_tokens or lengths[i] < fill * longest):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
+    widths = np.array([lengths[i] for i in order], dtype=np.int64)
+    reach = np.maximum(1, batch_tokens // np.maximum(widths, 1))
+    if pass_tokens is None:
+        cuts, at = [0], 0
+        while at < len(order):
+            at = min(len(order), at + int(reach[at]))
+            cuts.append(at)
+    else:
+        cuts = cheapest_batches(widths, reach, pass_tokens)
+    return [order[a:b] for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def cheapest_batches(widths: np.ndarray, reach: np.ndarray, pass_cost: float) -> list[int]:
+    """The cut points (0 first, len(widths) last) of rows sorted longest first into consecutive batches of least
+    total cost, a batch [i, k) costing `pass_cost` + (k − i) × widths[i] (its padded tokens), and holding at most
+    reach[i] rows (a batch [i, k) fits when k − i ≤ reach[i], and then so does [i, k − 1)).
+
+    Exact, by dynamic programming from the end. Only batches that start a run of equal widths may end anywhere
+    in reach; one starting inside a run ends where the batch one row longer (from the row before) would not fit:
+    any cut inside a run whose next batch has room can move a row back into that batch at no cost (it keeps its
+    width), so some cheapest batching has only such cuts."""
+    n = len(widths)
+    limit = np.minimum(n, np.arange(n) + np.maximum(reach, 1)).tolist()  # the furthest end of a batch from each row
+    width = [float(w) for w in widths]
+    best, end = np.zeros(n + 1), [n] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        starts_run = i == 0 or width[i] != width[i - 1]
+        first = i + 1 if starts_run else max(i + 1, limit[i - 1] + 1)
+        if first > limit[i]:  # inside a run where the previous row's batch already reaches as far
+            best[i] = np.inf
+        elif not starts_run:  # a few ends at most: plain Python
+            best[i], end[i] = min((pass_cost + (k - i) * width[i] + best[k], k) for k in range(first, limit[i] + 1))
+        else:
+            ends = np.arange(first, limit[i] + 1)
+            costs = pass_cost + (ends - i) * width[i] + best[first:limit[i] + 1]
+            k = int(np.argmin(costs))
+            best[i], end[i] = costs[k], int(ends[k])
+    cuts = [0]
+    while cuts[-1] < n:
+        cuts.append(end[cuts[-1]])
+    return cuts
 
 
 def pad_batch(encodings: list[Encoding], pad_id: int, padding_side: str, device) -> dict[str, torch.Tensor]:

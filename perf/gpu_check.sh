@@ -10,6 +10,9 @@
 #   in a call of S seconds). For the next session: `quarter` first (LIMIT=585: direct took 63 s and meta 156 s
 #   of it on 2026-11-27; the probe phase, 18 s per group then, is what the changes after that run address),
 #   then `floors` if 4 minutes are left.
+#   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
+#   and perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
+#   layer 0 only: the current tree, then REV's, on the same warm GPU).
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -49,6 +52,14 @@ EOF
     exit $?
 fi
 
+if [ "$STEP" = "before" ]; then
+    REV="${2:?usage: bash perf/gpu_check.sh before REV}"
+    rm -rf .gpu/before && mkdir -p .gpu/before
+    git archive "$REV" babelprobe perf | tar -x -C .gpu/before && echo "$REV" > .gpu/before/REV
+    echo "$(git rev-parse --short "$REV")'s babelprobe and perf in .gpu/before; carry .gpu, then: bash perf/gpu_check.sh ab"
+    exit $?
+fi
+
 OUT="${OUT:-/tmp/gpu-check}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 BABELPROBE_CACHE=/tmp/babelprobe-cache TOKENIZERS_PARALLELISM=true
@@ -67,7 +78,7 @@ COMMON=(--shape llama-3.1-8b --device "${DEVICE:-cuda}" --tokenizer "$TOK" --bat
 step() {
     local name=$1 limit=$2; shift 2
     mkdir -p "$WORK"
-    timeout "$limit" $PY perf/workflow.py "${COMMON[@]}" "$@" --json "$OUT/$name.json" --markdown "$OUT/$name.md" \
+    timeout "$limit" $PY "${PERF:-perf}/workflow.py" "${COMMON[@]}" "$@" --json "$OUT/$name.json" --markdown "$OUT/$name.md" \
         2> "$WORK/$name.log"
     local rc=$?
     # the log's last lines, a progress bar's last state only
@@ -106,6 +117,14 @@ look)
     say "A: the workflow at 9,180 pairs with every floor"
     step floors-135 $(( 330 - $(date +%s) + START )) --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
     ;;
+ab)
+    # the current tree, then an earlier commit's (.gpu/before, from `before REV`), in turn on the same warm GPU
+    [ -f .gpu/before/REV ] || { echo "no .gpu/before: run 'bash perf/gpu_check.sh before REV' here"; exit 2; }
+    say "after: the workflow at 9,180 pairs, no floors"
+    step after 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
+    say "before ($(cat .gpu/before/REV)): the same"
+    PERF=.gpu/before/perf step before 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
+    ;;
 floors)
     say "A: the workflow at 9,180 pairs with every floor"
     step floors-135 240 --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
@@ -115,7 +134,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, run, quarter, look, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, ab, floors or solver"; exit 2
     ;;
 esac
 say "done"

@@ -318,14 +318,18 @@ def run(args) -> tuple[list[dict], dict]:
 
 
 def simulate_gpu_batching() -> None:
-    """The simulated device is batched as a GPU is: plain batches cut by the budget alone, prefix-tree
-    batches bounded by their new tokens (the device policies of `models.min_fill`, `prefix.past_budget`)."""
-    import babelprobe.extract.run as extract_run
+    """The simulated device is batched as a GPU is: batches cut at an accelerator's cost of a forward pass,
+    prefix-tree batches bounded by their new tokens (the device policies of `models.pass_tokens`,
+    `prefix.past_budget`; an older babelprobe's `min_fill`, none on a GPU)."""
+    import babelprobe.models as models
 
-    policy = extract_run.min_fill  # where an older babelprobe (a "before" run) has it; imported into others
-    for module in [m for m in sys.modules.values() if getattr(m, "__name__", "").startswith("babelprobe")]:
-        if getattr(module, "min_fill", None) is policy:
-            module.min_fill = lambda device: 0.0
+    policies = {"pass_tokens": lambda device: models.ACCELERATOR_PASS_TOKENS, "min_fill": lambda device: 0.0}
+    for name, gpu in policies.items():
+        # imported by name into other modules: each one patched (an older babelprobe's min_fill: in extract.run)
+        policy = getattr(models, name, None) or getattr(sys.modules.get("babelprobe.extract.run"), name, None)
+        for module in [m for m in sys.modules.values() if getattr(m, "__name__", "").startswith("babelprobe")]:
+            if policy is not None and getattr(module, name, None) is policy:
+                setattr(module, name, gpu)
     try:
         import babelprobe.benchmarks.core.prefix as prefix
     except ImportError:  # an older babelprobe (a "before" run) has no device policy for prefix trees

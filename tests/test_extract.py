@@ -143,31 +143,63 @@ def test_float16_overflow_through_extraction(tmp_path):
     assert np.abs(store.read(0)).max() > 65504 and verify_store(tmp_path / "s") == []
 
 
-def test_fill_batches_cover_every_text_once_within_budget_and_fill():
-    from babelprobe.models import MIN_FILL, length_batches
+def _batch_cost(batches, lengths, pass_tokens):
+    """What a batching costs in the model `length_batches` minimises: each batch's padded tokens and a pass."""
+    return sum(len(b) * max(lengths[i] for i in b) + pass_tokens for b in batches)
+
+
+@pytest.mark.parametrize("pass_tokens", [0, 3, 40, 10**9])
+def test_length_batches_cover_every_text_once_within_budget(pass_tokens):
+    from babelprobe.models import length_batches
 
     lengths = list(np.random.default_rng(0).integers(3, 40, size=500))
-    batches = length_batches(lengths, 256, MIN_FILL)
+    batches = length_batches(lengths, 256, pass_tokens)
     assert sorted(i for b in batches for i in b) == list(range(500))
     for batch in batches:
-        width = max(lengths[i] for i in batch)
-        assert len(batch) * width <= 256 or len(batch) == 1
-        assert min(lengths[i] for i in batch) >= 0.9 * width
-    real = sum(lengths)
-    assert real / sum(len(b) * max(lengths[i] for i in b) for b in batches) > 0.9
+        assert len(batch) * max(lengths[i] for i in batch) <= 256 or len(batch) == 1
+    if pass_tokens == 0:  # padding is all a batch costs: no text shares a batch with a longer one
+        assert all(len({lengths[i] for i in batch}) == 1 for batch in batches)
+    if pass_tokens == 10**9:  # passes are all that counts: as few as cutting by the budget alone gives
+        assert len(batches) == len(length_batches(lengths, 256))
 
 
-def test_gpu_batches_are_cut_by_the_budget_alone():
-    """On a GPU a forward pass has a large fixed cost, so batches are not cut for fill there: each but the
-    last is full (one more text would pass the budget), fewer than a CPU's, which stay 90% full."""
-    from babelprobe.models import MIN_FILL, length_batches, min_fill
+def test_length_batches_are_the_cheapest_cuts():
+    """Every way to cut the sorted texts into batches within the budget is a candidate: the batching costs the
+    least of all 2^(n-1) ways (enumerated here; budgets from never binding to one text's worth), and never more
+    than the budget-only cuts or one batch per length on larger sets."""
+    from itertools import combinations
 
-    lengths = list(np.random.default_rng(1).integers(3, 40, size=300))
-    assert min_fill(torch.device("cpu")) == MIN_FILL and min_fill(torch.device("cuda")) == 0.0
-    gpu = length_batches(lengths, 256, min_fill(torch.device("cuda")))
-    for batch in gpu[:-1]:
-        assert (len(batch) + 1) * max(lengths[i] for i in batch) > 256
-    assert len(gpu) < len(length_batches(lengths, 256, min_fill(torch.device("cpu"))))
+    from babelprobe.models import length_batches
+
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        lengths = [int(x) for x in rng.integers(1, 12, size=10)]
+        pass_tokens, budget = int(rng.integers(0, 30)), int(rng.choice([12, 25, 40, 10**6]))
+        ordered = sorted(range(10), key=lambda i: -lengths[i])
+        ways = ([ordered[a:b] for a, b in zip((0, *cuts), (*cuts, 10))]
+                for k in range(10) for cuts in combinations(range(1, 10), k))
+        least = min(_batch_cost(way, lengths, pass_tokens) for way in ways
+                    if all(len(b) * max(lengths[i] for i in b) <= budget or len(b) == 1 for b in way))
+        batches = length_batches(lengths, budget, pass_tokens)
+        assert all(len(b) * max(lengths[i] for i in b) <= budget or len(b) == 1 for b in batches)
+        assert _batch_cost(batches, lengths, pass_tokens) == least, (trial, lengths, pass_tokens, budget)
+    lengths = list(rng.integers(3, 40, size=300))
+    for pass_tokens in (8, 64, 768):
+        cost = _batch_cost(length_batches(lengths, 256, pass_tokens), lengths, pass_tokens)
+        assert cost <= _batch_cost(length_batches(lengths, 256), lengths, pass_tokens)
+        assert cost <= _batch_cost(length_batches(lengths, 256, 0), lengths, pass_tokens)
+
+
+def test_a_pass_costs_more_on_an_accelerator():
+    """A GPU's pass has a large fixed cost (launches, reading the weights): fewer, fuller batches than a CPU's."""
+    from babelprobe.models import length_batches, pass_tokens
+
+    lengths = list(np.random.default_rng(1).integers(3, 40, size=3000))
+    cpu, gpu = (length_batches(lengths, 2048, pass_tokens(torch.device(d))) for d in ("cpu", "cuda"))
+    assert pass_tokens(torch.device("cuda")) > pass_tokens(torch.device("cpu")) > 0
+    assert len(gpu) < len(cpu)
+    padded = [sum(len(b) * max(lengths[i] for i in b) for b in batches) for batches in (cpu, gpu)]
+    assert sum(lengths) <= padded[0] < padded[1]
 
 
 def test_parse_layers():

@@ -60,8 +60,11 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
     layer (as for a model dispatched over devices) instead of in one tensor."""
     import babelprobe.benchmarks.core.logprobs as logprobs
     import babelprobe.benchmarks.core.prefix as prefix
+    from babelprobe.models import ACCELERATOR_PASS_TOKENS, CPU_PASS_TOKENS
 
     monkeypatch.setattr(prefix, "past_budget", lambda device: past)
+    monkeypatch.setattr(prefix, "pass_tokens",
+                        lambda device: CPU_PASS_TOKENS if past is None else ACCELERATOR_PASS_TOKENS)
     monkeypatch.setattr(prefix, "STACK_KV", stack)
     lm = MODELS[name]()
     texts, starts = requests()
@@ -77,6 +80,44 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
             assert s.n_tokens == len(e) > 0
             np.testing.assert_allclose(s.logprobs, e, atol=2e-5, err_msg=f"{name} {options}: {text!r} from {start}")
 
+
+
+@pytest.mark.parametrize("past", [None, 2], ids=["cpu", "accelerator"])
+def test_segment_batches_within_budget_at_the_cheapest_cuts(past):
+    """A level's segments: each in one batch, every batch within the budget (a CPU's: rows × (longest past +
+    longest segment); an accelerator's: rows × longest segment, rows × longest past ≤ 2 budgets), and the
+    batching costs (padded new tokens + a pass's cost each) the least of every way to cut the sorted segments
+    (enumerated on small levels); on a large level, with passes free no segment shares a batch with a longer one."""
+    from itertools import combinations
+
+    from babelprobe.benchmarks.core.prefix import _segment_batches
+
+    def fits(batch, lengths, pasts, budget):
+        wn, wp = lengths[batch].max(), pasts[batch].max()
+        if past is None:
+            return len(batch) * (wp + wn) <= budget or len(batch) == 1
+        return len(batch) * wn <= budget and len(batch) * wp <= past * budget or len(batch) == 1
+
+    def cost(batches, lengths, pass_cost):
+        return sum(len(b) * lengths[b].max() + pass_cost for b in batches)
+
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        lengths, pasts = rng.integers(1, 8, size=9), rng.integers(0, 12, size=9)
+        budget, pass_cost = int(rng.choice([16, 30, 60])), int(rng.integers(0, 25))
+        order = sorted(range(9), key=lambda j: (-lengths[j], -pasts[j]))
+        ways = ([order[a:b] for a, b in zip((0, *cuts), (*cuts, 9))]
+                for k in range(9) for cuts in combinations(range(1, 9), k))
+        least = min(cost(w, lengths, pass_cost) for w in ways if all(fits(b, lengths, pasts, budget) for b in w))
+        batches = _segment_batches(lengths, pasts, budget, past, pass_cost)
+        assert sorted(j for b in batches for j in b) == list(range(9))
+        assert all(fits(b, lengths, pasts, budget) for b in batches)
+        assert cost(batches, lengths, pass_cost) == least, (trial, budget, pass_cost)
+    lengths, pasts = rng.integers(1, 30, size=400), rng.integers(0, 60, size=400)
+    batches = _segment_batches(lengths, pasts, 512, past, 0)
+    assert sorted(j for b in batches for j in b) == list(range(400))
+    assert all(fits(b, lengths, pasts, 512) for b in batches)
+    assert all(len(set(lengths[b].tolist())) == 1 for b in batches)
 
 
 @pytest.mark.parametrize(("room_budgets", "past", "chunk_budgets"), [(None, 8, 16), (3, 3, 3), (0.5, 1, 2)],

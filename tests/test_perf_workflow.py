@@ -136,7 +136,7 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     from babelprobe.benchmarks.core.logprobs import token_logprobs
     from babelprobe.extract import extract
     from babelprobe.items import load_items
-    from babelprobe.models import length_batches, min_fill
+    from babelprobe.models import length_batches, pass_tokens
 
     items = load_items("xcomps-sample", languages=["en", "de"], limit=6)
     texts = items["text"].tolist()
@@ -151,7 +151,7 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
         token_logprobs(tiny, texts, batch_tokens=64, progress=False)  # not recorded
     assert tiny.parts.body.forward == original
     lengths = [len(e.ids) for e in tiny.encode(texts)]
-    expected = sorted(sorted(lengths[i] for i in batch) for batch in length_batches(lengths, 64, min_fill(tiny.device)))
+    expected = sorted(sorted(lengths[i] for i in batch) for batch in length_batches(lengths, 64, pass_tokens(tiny.device)))
     recorded = sorted(sorted(call[1]["attention_mask"].sum(1).tolist()) for call in calls.calls["extract"])
     assert recorded == expected
     rows = sum(call[1][0] for call in calls.calls["direct"]  # each row once (a CPU projects blocks of the vocabulary)

@@ -7,8 +7,8 @@ How a run goes:
   2. rank 0 takes the store's lock, checks an existing store (same settings: resume; other settings:
      refuse unless `overwrite`), removes partial leftovers and lists the shards still to do;
   3. each process takes its shards; in a shard, texts are sorted by length and cut into batches under a
-     token budget, on a CPU each text filling at least 90% of its row (`models.length_batches`), run once through the
-     model by a backend that pools inside the forward pass; the pooled rows leave the device without
+     token budget, cut where the padding saved pays for one more forward pass (`models.length_batches`), run once
+     through the model by a backend that pools inside the forward pass; the pooled rows leave the device without
      blocking (pinned host memory on CUDA); on a GPU out-of-memory the batch is halved and retried;
   4. a background thread (`background.py`) puts the rows back in item order and writes each finished
      shard atomically (temporary name, fsync, rename) and updates the manifest, while the model runs
@@ -37,7 +37,7 @@ from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
-from babelprobe.models import length_batches, min_fill, pad_batch, sync_free_attention
+from babelprobe.models import length_batches, pad_batch, pass_tokens, sync_free_attention
 from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
 
@@ -272,7 +272,7 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
     records = [] if world.size > 1 else [writer.record_of(k) for k in range(writer.n_shards)
                                          if k not in shards and writer.shard_is_done(k)]
     start = time.perf_counter()
-    clock, fill = ForwardClock(lm.device), min_fill(lm.device)
+    clock, cost = ForwardClock(lm.device), pass_tokens(lm.device)
     attention = sync_free_attention(lm) if backend_name == "hf" else nullcontext()
     with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode(), attention:
         background = BackgroundWriter(writer, keys, (len(layers), lm.d_model), records,
@@ -283,7 +283,7 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                 r0, r1 = writer.shard_rows(k)
                 shard_encodings = encodings[r0:r1]
                 background.start(k)
-                for batch in length_batches([len(e.ids) for e in shard_encodings], batch_tokens, fill):
+                for batch in length_batches([len(e.ids) for e in shard_encodings], batch_tokens, cost):
                     for rows, pooled in runner.run(batch, shard_encodings):
                         background.rows(rows, pooled)
                     stats["items_done"] += len(batch)

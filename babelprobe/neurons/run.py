@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.inputs import check_inputs
-from babelprobe.models import Encoding, LoadedModel, length_batches, min_fill, pad_batch
+from babelprobe.models import Encoding, LoadedModel, length_batches, pad_batch, pass_tokens
 from babelprobe.neurons.lape import Lape, NeuronStats, select_lape
 from babelprobe.neurons.mlp import NeuronCounter, activation_modules
 from babelprobe.neurons.settings import Settings
@@ -90,8 +90,8 @@ def neuron_stats(lm: LoadedModel, texts, *, window: int | None = None, batch_tok
     with NeuronCounter(lm) as counter:
         for k, code in enumerate(tqdm(languages, desc="counting", unit="language", disable=not progress)):
             rows = encodings[code]
-            # extraction's batches: on a CPU rows kept 90% full, since padding costs as much as text there
-            for batch in length_batches([len(e.ids) for e in rows], batch_tokens, min_fill(lm.device)):
+            # extraction's batches: cut where the padding saved pays for one more pass
+            for batch in length_batches([len(e.ids) for e in rows], batch_tokens, pass_tokens(lm.device)):
                 counter.run(pad_batch([rows[i] for i in batch], lm.pad_token_id, padding, lm.device))
             counts, n = counter.take()
             if stats is None:

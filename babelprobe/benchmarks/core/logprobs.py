@@ -8,8 +8,8 @@ continuation characters) and flagged.
 
 How it stays fast and exact:
   - identical requests are scored once; the rest are sorted by token length and cut into batches
-    under a token budget (on a CPU also where a text would fill less than 90% of its row), so little
-    padding is processed;
+    under a token budget, and cut where the padding saved pays for one more forward pass
+    (`models.pass_tokens`), so little padding is processed;
   - padding may be on either side; attention mask and position ids make the result independent of
     it (tests check left == right == one at a time);
   - the model body runs without its output layer; only the hidden states that predict a scored
@@ -32,8 +32,8 @@ from babelprobe.models import (
     Encoding,
     LoadedModel,
     length_batches,
-    min_fill,
     pad_host,
+    pass_tokens,
     sync_free_attention,
     to_device,
 )
@@ -122,7 +122,7 @@ def plan_logprobs(lm: LoadedModel, texts: list[str], score_from: list[int] | Non
     score_from, unique, encodings, targets = _distinct_requests(lm, texts, score_from, names, truncate)
     pin = lm.device.type == "cuda"
     batches = []
-    for rows in length_batches([len(e.ids) for e in encodings], batch_tokens, min_fill(lm.device)):
+    for rows in length_batches([len(e.ids) for e in encodings], batch_tokens, pass_tokens(lm.device)):
         batch = [encodings[i] for i in rows]
         inputs = pad_host(batch, lm.pad_token_id, padding_side, pin)
         width = inputs["input_ids"].shape[1]

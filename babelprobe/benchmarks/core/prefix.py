@@ -37,7 +37,7 @@ from babelprobe.benchmarks.core.logprobs import (
     _gathered_logprobs,
     projected_rows,
 )
-from babelprobe.models import LoadedModel, sync_free_attention
+from babelprobe.models import LoadedModel, cheapest_batches, pass_tokens, sync_free_attention
 
 PAST_PER_TOKEN = 8  # accelerators: past tokens copied per token of the budget (KV memory, not compute)
 STACK_KV = True  # keep alike layers' keys and values in one tensor (False: per layer, as a dispatched model)
@@ -149,7 +149,7 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
         chunk = order[lo:hi]
         tree = _PrefixTree([inputs[i] for i in chunk], [0, *common[lo + 1:hi]])
         batches = _plan_tree(tree, [encodings[i].ids for i in chunk], [targets[i] for i in chunk],
-                             first_slot[chunk], batch_tokens, past, lm.pad_token_id, pin)
+                             first_slot[chunk], batch_tokens, past, pass_tokens(lm.device), lm.pad_token_id, pin)
         slots += [batch["slots"] for batch in batches if batch["slots"] is not None]
         chunks.append((tree.n_nodes, batches))
     return PrefixPlan(list(texts), score_from, unique, encodings, targets, chunks,
@@ -258,7 +258,7 @@ class _PrefixTree:
 
 
 def _plan_tree(tree: _PrefixTree, ids: list[list[int]], targets: list[list[int]], first_slot: np.ndarray,
-               batch_tokens: int, past: int | None, pad_id: int, pin: bool) -> list[dict]:
+               batch_tokens: int, past: int | None, pass_cost: int, pad_id: int, pin: bool) -> list[dict]:
     """Every batch of the tree, level by level, as host tensors: the segments' tokens after their left-padded
     past (node rows of the kept KV), and the states to project with the tokens they predict."""
     # every scored token: the node whose state predicts it, its slot among all scored tokens, the token;
@@ -274,7 +274,7 @@ def _plan_tree(tree: _PrefixTree, ids: list[list[int]], targets: list[list[int]]
               np.array(token, dtype=np.int64)[by_node])
     batches = []
     for starts, lengths in tree.levels:
-        for rows in _segment_batches(lengths, tree.depth[starts], batch_tokens, past):
+        for rows in _segment_batches(lengths, tree.depth[starts], batch_tokens, past, pass_cost):
             batches.append(_plan_batch(tree, starts[rows], lengths[rows], needed, pad_id, pin))
     return batches
 
@@ -312,30 +312,59 @@ def _plan_batch(tree: _PrefixTree, starts: np.ndarray, lengths: np.ndarray, need
 
 
 def _segment_batches(lengths: np.ndarray, past_lengths: np.ndarray, batch_tokens: int,
-                     past: int | None = None) -> list[list[int]]:
+                     past: int | None = None, pass_cost: int = 0) -> list[list[int]]:
     """Segments of one level (by length and past length), longest first, cut so that the batch stays within
     the token budget (module docstring: `past` None counts rows × (longest past + longest segment), else rows ×
-    longest segment, with rows × longest past ≤ past × budget) and no segment is shorter than half the
-    batch's longest (padding costs compute like real tokens). Returns each batch's segment indices."""
-    order = sorted(range(len(lengths)), key=lambda j: (-lengths[j], -past_lengths[j]))
+    longest segment, with rows × longest past ≤ past × budget), at the cheapest places: a batch costs its
+    padded new tokens (rows × longest segment) plus `pass_cost` (`models.pass_tokens`,
+    `models.cheapest_batches`). Returns each batch's segment indices."""
+    widths, pasts = np.asarray(lengths, dtype=np.int64), np.asarray(past_lengths, dtype=np.int64)
+    order = np.lexsort((-pasts, -widths))  # by length, then past, longest first (stable)
+    widths, pasts = widths[order], pasts[order]
+    cuts = cheapest_batches(widths, _reach(widths, pasts, batch_tokens, past), pass_cost)
+    return [order[a:b].tolist() for a, b in zip(cuts[:-1], cuts[1:])]
 
-    def too_big(rows, wp, wn):
+
+def _reach(widths: np.ndarray, pasts: np.ndarray, batch_tokens: int, past: int | None) -> np.ndarray:
+    """For each segment (sorted longest first), how many segments from it on fit one batch (at least 1):
+    at most as many as the widths allow, then searched by halves for the longest past among them."""
+    n = len(widths)
+    longest_past = _range_max(pasts)
+
+    def fit(starts, rows):
         if past is None:
-            return rows * (wp + wn) > batch_tokens
-        return rows * wn > batch_tokens or rows * wp > past * batch_tokens
+            return rows * (longest_past(starts, rows) + widths[starts]) <= batch_tokens
+        return rows * longest_past(starts, rows) <= past * batch_tokens
 
-    batches, current, width_past, width_new = [], [], 0, 0
-    for j in order:
-        length, wp = int(lengths[j]), max(width_past, int(past_lengths[j]))
-        wn = max(width_new, length)
-        if current and (too_big(len(current) + 1, wp, wn) or 2 * length < wn):
-            batches.append(current)
-            current, wp, wn = [], int(past_lengths[j]), length
-        current.append(j)
-        width_past, width_new = wp, wn
-    if current:
-        batches.append(current)
-    return batches
+    starts = np.arange(n)
+    low = np.ones(n, dtype=np.int64)  # one segment is a batch, whatever its size
+    high = np.maximum(1, np.minimum(n - starts, batch_tokens // np.maximum(widths, 1)))
+    while (unsettled := np.flatnonzero(low < high)).size:
+        mid = (low[unsettled] + high[unsettled] + 1) // 2
+        ok = fit(starts[unsettled], mid)
+        low[unsettled] = np.where(ok, mid, low[unsettled])
+        high[unsettled] = np.where(ok, high[unsettled], mid - 1)
+    return low
+
+
+def _range_max(values: np.ndarray):
+    """A function (starts, lengths) -> max(values[i:i + length]) for each pair (lengths ≥ 1, within the
+    array), from a sparse table of maxima over 1, 2, 4, ... values."""
+    tables, span = [values], 1
+    while 2 * span <= len(values):
+        tables.append(np.maximum(tables[-1][:-span], tables[-1][span:]))  # max over 2 × span values from i
+        span *= 2
+
+    def query(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        level = np.floor(np.log2(lengths)).astype(np.int64)
+        out = np.empty(len(starts), dtype=values.dtype)
+        for k in np.unique(level).tolist():
+            at = np.flatnonzero(level == k)
+            i = starts[at]
+            out[at] = np.maximum(tables[k][i], tables[k][i + lengths[at] - (1 << k)])
+        return out
+
+    return query
 
 
 def _run_segments(lm: LoadedModel, batch: dict, kept: _NodeKV):
