@@ -104,7 +104,7 @@ SYNTHETIC = {
 def bp_batches(lm, items, batch_tokens):
     """The batches `extract` makes: per shard (default size), sorted by length under the token budget."""
     from babelprobe.extract.store import default_shard_size
-    from babelprobe.models import length_batches, min_fill
+    from babelprobe.models import length_batches, pass_tokens
 
     encodings = lm.encode(items["text"].tolist())
     size = default_shard_size(lm.n_layers + 1, lm.d_model)
@@ -112,7 +112,7 @@ def bp_batches(lm, items, batch_tokens):
     for start in range(0, len(encodings), size):
         shard = encodings[start:start + size]
         lengths = [len(e.ids) for e in shard]
-        batches += [[shard[i] for i in b] for b in length_batches(lengths, batch_tokens, min_fill(lm.device))]
+        batches += [[shard[i] for i in b] for b in length_batches(lengths, batch_tokens, pass_tokens(lm.device))]
     return batches
 
 
