@@ -147,10 +147,9 @@ def cheapest_batches(widths: np.ndarray, reach: np.ndarray, pass_cost: float) ->
         elif not starts_run:  # a few ends at most: plain Python
             best[i], end[i] = min((pass_cost + (k - i) * width[i] + best[k], k) for k in range(first, limit[i] + 1))
         else:
-            ends = np.arange(first, limit[i] + 1)
-            costs = pass_cost + (ends - i) * width[i] + best[first:limit[i] + 1]
+            costs = pass_cost + np.arange(first - i, limit[i] - i + 1) * width[i] + best[first:limit[i] + 1]
             k = int(np.argmin(costs))
-            best[i], end[i] = costs[k], int(ends[k])
+            best[i], end[i] = costs[k], first + k
     cuts = [0]
     while cuts[-1] < n:
         cuts.append(end[cuts[-1]])

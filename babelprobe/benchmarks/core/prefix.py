@@ -163,7 +163,7 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
     one read back."""
     bar = tqdm(total=plan.n_tokens, unit="tok", desc="scoring", disable=not progress, dynamic_ncols=True)
     pending, states, token_ids = [], [], []
-    rows = projected_rows(lm, lm.device)
+    rows, collected = projected_rows(lm, lm.device), 0
 
     def project():  # the batches' needed states together: few, full projections instead of one per batch
         pending.append(_gathered_logprobs(lm, torch.cat(states), torch.cat(token_ids)))
@@ -180,8 +180,10 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
                     states.append(hidden[batch["need_rows"].to(at, non_blocking=True),
                                          batch["need_cols"].to(at, non_blocking=True)])
                     token_ids.append(batch["token_ids"].to(at, non_blocking=True))
-                    if sum(len(s) for s in states) >= rows:
+                    collected += len(batch["slots"])
+                    if collected >= rows:
                         project()
+                        collected = 0
                 bar.update(batch["n_new"])
         if states:
             project()
