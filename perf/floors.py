@@ -228,7 +228,8 @@ def direct_work(lm, texts: list[str]) -> Work:
 
 
 def meta_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> Work:
-    """The prefix trees' new tokens (each segment after its past) and one projected row per scored token."""
+    """The prefix trees' new tokens (each segment after its past) and one projected row per distinct state
+    that predicts a scored token (the tree's node before it: tokens predicted by the same node share it)."""
     from babelprobe.benchmarks.core.prefix import plan_prefix
 
     plan = plan_prefix(lm, texts, starts, batch_tokens=batch_tokens)
@@ -239,7 +240,9 @@ def meta_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> Wor
             width_past = batch["width_past"]
             lengths += mask[:, width_past:].sum(1).tolist()
             context += mask[:, :width_past].sum(1).tolist()
-    return Work(lengths, len(plan.slots), context)
+    # a state is what the tokens before a scored token make it: one row per distinct such prefix, over all texts
+    states = {tuple(enc.ids[:p]) for enc, positions in zip(plan.encodings, plan.targets) for p in positions}
+    return Work(lengths, len(states), context)
 
 
 def extract_work(lm, texts: list[str]) -> Work:

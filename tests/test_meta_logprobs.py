@@ -56,7 +56,8 @@ MODELS = {"llama": lambda: tiny_lm("llama"), "gemma3": lambda: tiny_lm("gemma3")
                          ids=["cpu-batches", "accelerator-batches", "kv-per-layer"])
 def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
     """Also with an accelerator's batches (`prefix.past_budget`: the budget bounds the new tokens, the copied
-    past may be 8 times as large), which hold more rows of longer pasts, and with the keys and values kept per
+    past may be 8 times as large), which hold more rows of longer pasts, and its projection (every logit of a
+    chunk of states, not vocabulary blocks), and with the keys and values kept per
     layer (as for a model dispatched over devices) instead of in one tensor."""
     import babelprobe.benchmarks.core.logprobs as logprobs
     import babelprobe.benchmarks.core.prefix as prefix
@@ -66,7 +67,9 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
     monkeypatch.setattr(prefix, "pass_tokens",
                         lambda device: CPU_PASS_TOKENS if past is None else ACCELERATOR_PASS_TOKENS)
     monkeypatch.setattr(prefix, "STACK_KV", stack)
+    monkeypatch.setattr(logprobs, "_blockwise", lambda lm, device: past is None)  # an accelerator: every logit
     lm = MODELS[name]()
+    vocab = lm.parts.head.weight.shape[0]
     texts, starts = requests()
     expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
     # one big batch; many small batches and chunks (a node's past then comes from earlier batches), their
@@ -74,6 +77,7 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
     for options, rows, block in (({"batch_tokens": 4096}, 1024, 4096),
                                  ({"batch_tokens": 60, "chunk_tokens": 50}, 5, 64)):
         monkeypatch.setattr(logprobs, "CPU_ROWS", rows)
+        monkeypatch.setattr(logprobs, "LOGIT_CHUNK_BYTES", 4 * vocab * rows)
         monkeypatch.setattr(logprobs, "CPU_VOCAB_BLOCK", block)
         scored = shared_prefix_logprobs(lm, texts, starts, progress=False, **options)
         for text, start, s, e in zip(texts, starts, scored, expected):
@@ -189,6 +193,32 @@ def test_every_distinct_prefix_is_run_once(tiny, monkeypatch):
         prefixes |= {tuple(enc.ids[:j]) for j in range(1, last + 1)}  # inputs: up to the last scored token
     assert sum(run) == len(prefixes)
     assert sum(run) < sum(len(tiny.encode([t])[0].ids) for t in set(texts)) / 2  # far fewer than unshared
+
+
+def test_each_predicting_state_is_projected_once(tiny, monkeypatch):
+    """Only the states that predict scored tokens reach the vocabulary projection, each once: a prompt's last
+    state predicts the first token of all its answers (the distinct token prefixes before scored tokens)."""
+    import babelprobe.benchmarks.core.prefix as prefix
+
+    texts, starts = requests()
+    projected, gathered = [], prefix._gathered_logprobs
+
+    def counting(lm, states, token_ids, state_of=None):
+        projected.append(len(states))
+        return gathered(lm, states, token_ids, state_of)
+
+    monkeypatch.setattr(prefix, "_gathered_logprobs", counting)
+    scored = shared_prefix_logprobs(tiny, texts, starts, progress=False)
+    states = set()
+    for text, start in set(zip(texts, starts)):
+        enc = tiny.encode([text])[0]
+        states |= {tuple(enc.ids[:p]) for p in range(1, len(enc.ids)) if enc.offsets[p][1] > start}
+    assert sum(projected) == len(states) < sum(s.n_tokens for s in set_of(texts, starts, scored))
+
+
+def set_of(texts, starts, scored):
+    """One result per distinct (text, start) request."""
+    return list({(t, s): r for t, s, r in zip(texts, starts, scored)}.values())
 
 
 def test_nothing_to_score_and_truncation():

@@ -206,23 +206,36 @@ def _score_batch(lm: LoadedModel, inputs: dict[str, torch.Tensor], batch: dict, 
     return _gathered_logprobs(lm, states, batch["token_ids"].to(device, non_blocking=True))
 
 
-def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor) -> torch.Tensor:
-    """float64 log p(token | state) for each row, projecting to the vocabulary a chunk of rows at a time.
-    The result stays on the model's device: callers read their results back once, after their last batch,
-    instead of making the host wait for the device after every batch."""
+def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor,
+                       state_of: np.ndarray | None = None) -> torch.Tensor:
+    """float64 log p(token_ids[e] | states[state_of[e]]) for each scored token e (`state_of` nondecreasing,
+    a host array; None: one state per token), projecting to the vocabulary a chunk of states at a time, each
+    state once however many tokens it predicts (a prompt's last state predicts the first token of each of its
+    answers). The result stays on the model's device: callers read their results back once, after their last
+    batch, instead of making the host wait for the device after every batch."""
     vocab = lm.parts.head.weight.shape[0]
     blocked = _blockwise(lm, states.device)
     chunk = projected_rows(lm, states.device)
+    starts = range(0, len(states), chunk)
+    bounds = [*starts, len(states)] if state_of is None else \
+        np.searchsorted(state_of, [*starts, len(states)]).tolist()
     out = []
-    for start in range(0, len(states), chunk):
-        rows, ids = states[start:start + chunk], token_ids[start:start + chunk]
+    for k, start in enumerate(starts):
+        rows, ids = states[start:start + chunk], token_ids[bounds[k]:bounds[k + 1]]
+        which = None if state_of is None else \
+            torch.from_numpy(state_of[bounds[k]:bounds[k + 1]] - start).to(states.device, non_blocking=True)
         if blocked:
-            out.append(_blockwise_logprobs(lm, rows, ids, vocab).double())
+            out.append(_blockwise_logprobs(lm, rows, ids, vocab, which).double())
         else:
             logits = lm.parts.logits(rows).float()
-            picked = logits.gather(1, ids[:, None]).squeeze(1)
-            out.append((picked - _logsumexp_(logits)).double())
+            picked = logits.gather(1, ids[:, None]).squeeze(1) if which is None else logits[which, ids]
+            out.append((picked - _per_token(_logsumexp_(logits), which)).double())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=states.device)
+
+
+def _per_token(values: torch.Tensor, which: torch.Tensor | None) -> torch.Tensor:
+    """Per-state values for each scored token (`which`: its state; None: one state per token)."""
+    return values if which is None else values[which]
 
 
 def projected_rows(lm: LoadedModel, device: torch.device) -> int:
@@ -236,23 +249,26 @@ def _blockwise(lm: LoadedModel, device: torch.device) -> bool:
     return device.type == "cpu" and lm.parts.sliceable_head(device)
 
 
-def _blockwise_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor, vocab: int) -> torch.Tensor:
-    """float32 log p(token | state), the vocabulary `CPU_VOCAB_BLOCK` ids at a time: each block's maximum and
-    sum of exp(logit - maximum) are kept, and the blocks' sums are joined at the end on their largest maximum
-    (the log-sum-exp of the whole row, its terms summed in another order)."""
+def _blockwise_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor, vocab: int,
+                        which: torch.Tensor | None = None) -> torch.Tensor:
+    """float32 log p(token_ids[e] | states[which[e]]) (`which` None: states[e]), the vocabulary
+    `CPU_VOCAB_BLOCK` ids at a time: each block's maximum and sum of exp(logit - maximum) are kept per state,
+    and the blocks' sums are joined at the end on their largest maximum (the log-sum-exp of the whole row, its
+    terms summed in another order)."""
     n_blocks = -(-vocab // CPU_VOCAB_BLOCK)
     maxima = torch.empty(len(states), n_blocks)
     sums = torch.empty(len(states), n_blocks)
-    picked = torch.full((len(states),), float("nan"))  # an id outside the vocabulary stays NaN, never garbage
+    picked = torch.full((len(token_ids),), float("nan"))  # an id outside the vocabulary stays NaN, never garbage
+    state = _per_token(torch.arange(len(states)), which)
     for block, low in enumerate(range(0, vocab, CPU_VOCAB_BLOCK)):
         logits = lm.parts.logits(states, vocab=slice(low, low + CPU_VOCAB_BLOCK)).float()
         inside = (token_ids >= low) & (token_ids < low + CPU_VOCAB_BLOCK)
-        picked[inside] = logits[inside, token_ids[inside] - low]
+        picked[inside] = logits[state[inside], token_ids[inside] - low]
         top = logits.amax(1)
         maxima[:, block] = top
         sums[:, block] = logits.sub_(top[:, None]).exp_().sum(1)
     top = maxima.amax(1)
-    return picked - sums.mul_(maxima.sub_(top[:, None]).exp_()).sum(1).log_().add_(top)
+    return picked - _per_token(sums.mul_(maxima.sub_(top[:, None]).exp_()).sum(1).log_().add_(top), which)
 
 
 def _logsumexp_(logits: torch.Tensor) -> torch.Tensor:
