@@ -220,11 +220,17 @@ class Work:
 
 
 def direct_work(lm, texts: list[str]) -> Work:
-    """The distinct texts babelprobe scores, and one projected row per scored token."""
+    """The distinct texts babelprobe scores, and one projected row per distinct state that predicts a scored
+    token (the token prefix before it: texts that start alike share it, all share BOS's)."""
     from babelprobe.benchmarks.core.logprobs import plan_logprobs
 
     plan = plan_logprobs(lm, texts)
-    return Work([len(e.ids) for e in plan.encodings], sum(len(t) for t in plan.targets))
+    return Work([len(e.ids) for e in plan.encodings], len(predicting_states(plan.encodings, plan.targets)))
+
+
+def predicting_states(encodings, targets) -> set:
+    """The distinct token prefixes before scored tokens, over all texts: the least number of projected rows."""
+    return {tuple(enc.ids[:p]) for enc, positions in zip(encodings, targets) for p in positions}
 
 
 def meta_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> Work:
@@ -240,9 +246,7 @@ def meta_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> Wor
             width_past = batch["width_past"]
             lengths += mask[:, width_past:].sum(1).tolist()
             context += mask[:, :width_past].sum(1).tolist()
-    # a state is what the tokens before a scored token make it: one row per distinct such prefix, over all texts
-    states = {tuple(enc.ids[:p]) for enc, positions in zip(plan.encodings, plan.targets) for p in positions}
-    return Work(lengths, len(states), context)
+    return Work(lengths, len(predicting_states(plan.encodings, plan.targets)), context)
 
 
 def extract_work(lm, texts: list[str]) -> Work:

@@ -54,6 +54,38 @@ def test_blockwise_projection_matches_plain_forward_pass(arch, monkeypatch):
         np.testing.assert_allclose(s.logprobs, reference_token_logprobs(lm, text), atol=1e-5)
 
 
+ALIKE = ["A dog can bark.", "A dog can fly.", "A dog", "A cat can bark.", "Ein Hund kann bellen.", "Ein Hund schläft."]
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("blocked", [True, False], ids=["cpu-blocks", "whole-vocabulary"])
+def test_texts_that_start_alike_share_their_states(side, blocked, monkeypatch):
+    """A batch projects one state per distinct token prefix before a scored token (every text's first token
+    from the same BOS state, the 'A dog' texts' common start once), 3 states at a time, with the CPU's
+    vocabulary blocks and an accelerator's whole vocabulary; the log-probs stay the plain forward pass's."""
+    import babelprobe.benchmarks.core.logprobs as logprobs
+
+    lm = tiny_lm("llama")
+    vocab = lm.parts.head.weight.shape[0]
+    monkeypatch.setattr(logprobs, "_blockwise", lambda lm, device: blocked)
+    monkeypatch.setattr(logprobs, "CPU_ROWS", 3)
+    monkeypatch.setattr(logprobs, "LOGIT_CHUNK_BYTES", 4 * vocab * 3)
+    monkeypatch.setattr(logprobs, "pass_tokens", lambda device: 10**6)  # one batch
+    projected, gathered = [], logprobs._gathered_logprobs
+
+    def counting(lm, states, token_ids, state_of=None):
+        projected.append(len(states))
+        return gathered(lm, states, token_ids, state_of)
+
+    monkeypatch.setattr(logprobs, "_gathered_logprobs", counting)
+    scored = token_logprobs(lm, ALIKE, padding_side=side, batch_tokens=4096, progress=False)
+    for text, s in zip(ALIKE, scored):
+        np.testing.assert_allclose(s.logprobs, reference_token_logprobs(lm, text), atol=1e-5)
+    encoded = [lm.encode([t])[0].ids for t in ALIKE]
+    distinct = {tuple(ids[:p]) for ids in encoded for p in range(1, len(ids))}
+    assert projected == [len(distinct)] and len(distinct) < sum(len(ids) - 1 for ids in encoded) - len(ALIKE)
+
+
 def test_batched_equals_one_at_a_time(tiny):
     together = token_logprobs(tiny, TEXTS, batch_tokens=4096, progress=False)
     alone = [token_logprobs(tiny, [t], progress=False)[0] for t in TEXTS]

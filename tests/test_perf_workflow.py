@@ -128,8 +128,9 @@ def test_trace_gaps_names_the_host_work_the_device_waited_for():
 
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     """The floor replays what babelprobe's own calls were: extraction's token batches exactly as the
-    extractor cut them (nothing else run), and for direct scoring one vocabulary row per scored token.
-    Replaying gives positive times and leaves the model's forward as it was."""
+    extractor cut them (nothing else run), and for direct scoring one vocabulary row per distinct state that
+    predicts a scored token in each batch (the token prefix before it). Replaying gives positive times and
+    leaves the model's forward as it was."""
     sys.path.insert(0, str(ROOT / "perf"))
     import floors
 
@@ -156,7 +157,10 @@ def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     assert recorded == expected
     rows = sum(call[1][0] for call in calls.calls["direct"]  # each row once (a CPU projects blocks of the vocabulary)
                if call[0] == "logits" and (call[3] is None or call[3].start == 0))
-    assert rows == sum(s.n_tokens for s in dict(zip(texts, scored)).values())
+    distinct = [tiny.encode([t])[0].ids for t in dict.fromkeys(texts)]
+    batches = length_batches([len(ids) for ids in distinct], 64, pass_tokens(tiny.device))
+    states = sum(len({tuple(distinct[i][:p]) for i in batch for p in range(1, len(distinct[i]))}) for batch in batches)
+    assert rows == states < sum(s.n_tokens for s in dict(zip(texts, scored)).values())
     for phase in ("extract", "direct"):
         assert min(calls.replay(phase, tiny.device)) > 0
 

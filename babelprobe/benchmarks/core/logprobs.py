@@ -13,7 +13,8 @@ How it stays fast and exact:
   - padding may be on either side; attention mask and position ids make the result independent of
     it (tests check left == right == one at a time);
   - the model body runs without its output layer; only the hidden states that predict a scored
-    token go through the vocabulary projection, in chunks (on a CPU also in blocks of the vocabulary,
+    token go through the vocabulary projection, each once per batch where texts start alike (every
+    text's first token is predicted by the same BOS state), in chunks (on a CPU also in blocks of the vocabulary,
     their log-sum-exps joined), and only the target log-prob is kept: no [batch, seq, vocab] tensor is
     ever made (the default model's vocabulary has 262k entries).
 """
@@ -95,7 +96,9 @@ class LogprobPlan:
     unique: list[tuple[str, int]]
     encodings: list[Encoding]
     targets: list[list[int]]
-    batches: list[dict]  # rows (indices into unique), inputs, state rows / cols, token ids, n_tokens
+    # each batch: rows (indices into unique), inputs, the states' rows / cols, the scored token ids and the
+    # state of each, n_tokens
+    batches: list[dict]
 
     @property
     def n_tokens(self) -> int:
@@ -126,18 +129,39 @@ def plan_logprobs(lm: LoadedModel, texts: list[str], score_from: list[int] | Non
         batch = [encodings[i] for i in rows]
         inputs = pad_host(batch, lm.pad_token_id, padding_side, pin)
         width = inputs["input_ids"].shape[1]
-        state_rows, state_cols, token_ids = [], [], []
+        state_rows, state_cols, token_ids, state_of = [], [], [], []
+        first_seen: dict[int, int] = {}  # a prefix (`_Prefixes` id) -> its state's index in this batch
+        prefixes = _Prefixes()
         for row, (enc, i) in enumerate(zip(batch, rows)):
-            positions = targets[i]
             shift = width - len(enc.ids) if padding_side == "left" else 0
-            state_rows += [row] * len(positions)
-            state_cols += [shift + p - 1 for p in positions]  # the state before a token predicts it
-            token_ids += [enc.ids[p] for p in positions]
+            prefix_of = prefixes.of(enc.ids)
+            for p in targets[i]:  # the state before a token predicts it: one per distinct prefix
+                k = first_seen.setdefault(prefix_of[p], len(state_rows))
+                if k == len(state_rows):
+                    state_rows.append(row)
+                    state_cols.append(shift + p - 1)
+                state_of.append(k)
+                token_ids.append(enc.ids[p])
         batches.append({"rows": rows, "inputs": inputs, "state_rows": torch.tensor(state_rows, dtype=torch.long),
                         "state_cols": torch.tensor(state_cols, dtype=torch.long),
                         "token_ids": torch.tensor(token_ids, dtype=torch.long),
-                        "n_tokens": sum(len(e.ids) for e in batch)})
+                        "state_of": np.array(state_of, dtype=np.int64), "n_tokens": sum(len(e.ids) for e in batch)})
     return LogprobPlan(list(texts), score_from, unique, encodings, targets, batches)
+
+
+class _Prefixes:
+    """Ids of token prefixes: `of(ids)[p]` is the same number for every sequence that starts with `ids[:p]`
+    (a trie walked token by token: linear in the tokens, however long the texts)."""
+
+    def __init__(self):
+        self.child: dict[tuple[int, int], int] = {}
+
+    def of(self, ids: list[int]) -> list[int]:
+        node, out = 0, [0]
+        for token in ids:
+            node = self.child.setdefault((node, token), len(self.child) + 1)
+            out.append(node)
+        return out
 
 
 def run_logprobs(lm: LoadedModel, plan: LogprobPlan, progress: bool = False, during=None) -> Readback:
@@ -203,34 +227,36 @@ def _score_batch(lm: LoadedModel, inputs: dict[str, torch.Tensor], batch: dict, 
         hidden = lm.parts.body(**inputs, use_cache=False).last_hidden_state  # after the final norm
     device = hidden.device
     states = hidden[batch["state_rows"].to(device, non_blocking=True), batch["state_cols"].to(device, non_blocking=True)]
-    return _gathered_logprobs(lm, states, batch["token_ids"].to(device, non_blocking=True))
+    return _gathered_logprobs(lm, states, batch["token_ids"].to(device, non_blocking=True), batch["state_of"])
 
 
 def _gathered_logprobs(lm: LoadedModel, states: torch.Tensor, token_ids: torch.Tensor,
                        state_of: np.ndarray | None = None) -> torch.Tensor:
-    """float64 log p(token_ids[e] | states[state_of[e]]) for each scored token e (`state_of` nondecreasing,
-    a host array; None: one state per token), projecting to the vocabulary a chunk of states at a time, each
-    state once however many tokens it predicts (a prompt's last state predicts the first token of each of its
-    answers). The result stays on the model's device: callers read their results back once, after their last
-    batch, instead of making the host wait for the device after every batch."""
-    vocab = lm.parts.head.weight.shape[0]
-    blocked = _blockwise(lm, states.device)
-    chunk = projected_rows(lm, states.device)
-    starts = range(0, len(states), chunk)
-    bounds = [*starts, len(states)] if state_of is None else \
-        np.searchsorted(state_of, [*starts, len(states)]).tolist()
-    out = []
-    for k, start in enumerate(starts):
-        rows, ids = states[start:start + chunk], token_ids[bounds[k]:bounds[k + 1]]
-        which = None if state_of is None else \
-            torch.from_numpy(state_of[bounds[k]:bounds[k + 1]] - start).to(states.device, non_blocking=True)
+    """float64 log p(token_ids[e] | states[state_of[e]]) for each scored token e (`state_of`: a host array;
+    None: one state per token), projecting to the vocabulary a chunk of states at a time, each state once
+    however many tokens it predicts (texts that start alike share the states of their common start). The
+    result stays on the model's device: callers read their results back once, after their last batch,
+    instead of making the host wait for the device after every batch."""
+    vocab, device = lm.parts.head.weight.shape[0], states.device
+    blocked = _blockwise(lm, device)
+    chunk = projected_rows(lm, device)
+    out = states.new_empty(len(token_ids), dtype=torch.float64)
+    for start in range(0, len(states), chunk):
+        rows = states[start:start + chunk]
+        if state_of is None:  # token e is predicted by state e
+            at, which = slice(start, start + chunk), None
+        else:
+            tokens = np.flatnonzero((state_of >= start) & (state_of < start + chunk))
+            at = torch.from_numpy(tokens).to(device, non_blocking=True)
+            which = torch.from_numpy(state_of[tokens] - start).to(device, non_blocking=True)
+        ids = token_ids[at]
         if blocked:
-            out.append(_blockwise_logprobs(lm, rows, ids, vocab, which).double())
+            out[at] = _blockwise_logprobs(lm, rows, ids, vocab, which).double()
         else:
             logits = lm.parts.logits(rows).float()
-            picked = logits.gather(1, ids[:, None]).squeeze(1) if which is None else logits[which, ids]
-            out.append((picked - _per_token(_logsumexp_(logits), which)).double())
-    return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64, device=states.device)
+            target = logits.gather(1, ids[:, None]).squeeze(1) if which is None else logits[which, ids]
+            out[at] = (target - _per_token(_logsumexp_(logits), which)).double()
+    return out
 
 
 def _per_token(values: torch.Tensor, which: torch.Tensor | None) -> torch.Tensor:
