@@ -13,10 +13,11 @@ How it stays fast and exact:
   - padding may be on either side; attention mask and position ids make the result independent of
     it (tests check left == right == one at a time);
   - the model body runs without its output layer; only the hidden states that predict a scored
-    token go through the vocabulary projection, each once per batch where texts start alike (every
-    text's first token is predicted by the same BOS state), in chunks (on a CPU also in blocks of the vocabulary,
-    their log-sum-exps joined), and only the target log-prob is kept: no [batch, seq, vocab] tensor is
-    ever made (the default model's vocabulary has 262k entries).
+    token go through the vocabulary projection, each distinct one once per batch (texts that start
+    alike share the states of their common start; every text's first token comes from BOS's), in
+    chunks (on a CPU also in blocks of the vocabulary, their log-sum-exps joined), and only the target
+    log-prob is kept: no [batch, seq, vocab] tensor is ever made (the default model's vocabulary has
+    262k entries).
 """
 
 from __future__ import annotations
