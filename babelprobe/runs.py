@@ -133,7 +133,7 @@ def partial_dir(out: str | Path) -> Path:
 
 class TokenMeter:
     """Counts the real tokens of every forward pass of a model's body while it is open (a forward pre-hook;
-    padding left out on a CPU; on an accelerator the positions, padding included, since reading the mask back
+    padding and a KV cache's past left out on a CPU; on an accelerator the positions, padding included, since reading the mask back
     would make the host wait for the device at every pass), and shows the count on a progress bar: the bar of `score_resumably` moves by
     finished chunks of units, the count moves with every batch inside one, so a long chunk (a language's
     interventions, a chunk of patched pairs) is seen working rather than jumping from 0 to N at its end."""
@@ -153,13 +153,14 @@ class TokenMeter:
 
     def _count(self, module, args, kwargs):
         mask, ids = kwargs.get("attention_mask"), kwargs.get("input_ids", args[0] if args else None)
-        counted = mask if mask is not None else ids if ids is not None else kwargs.get("inputs_embeds")
-        if counted is None:
+        run = ids if ids is not None else kwargs.get("inputs_embeds")
+        if run is None and mask is None:
             return
+        width = run.shape[1] if run is not None else mask.shape[1]  # a mask wider than the pass covers a KV past
         if mask is not None and mask.device.type == "cpu":
-            self.tokens += int(mask.sum())
+            self.tokens += int(mask[:, mask.shape[1] - width:].sum())
         else:  # on an accelerator the mask's sum is a read back, a wait for the device at every pass: positions
-            self.tokens += int(counted.shape[0] * counted.shape[1])
+            self.tokens += int((run if run is not None else mask).shape[0] * width)
         if self.bar is not None and not self.bar.disable:
             self.bar.set_postfix_str(f"{self.tokens:,} tokens run", refresh=False)
             self.bar.update(0)  # redraws at most every `mininterval` seconds

@@ -219,11 +219,14 @@ class Work:
         return block_flops(config) * self.tokens + attention + 2.0 * config.hidden_size * vocab * self.rows
 
 
-def direct_work(lm, texts: list[str]) -> Work:
+def direct_work(lm, texts: list[str], tree_budget: int | None = None) -> Work:
     """The distinct texts babelprobe scores, and one projected row per distinct state that predicts a scored
-    token (the token prefix before it: texts that start alike share it, all share BOS's)."""
+    token (the token prefix before it: texts that start alike share it, all share BOS's). With `tree_budget`
+    (direct scoring as a prefix tree, `DirectScorer.share_prefix`, at that budget): the tree's, `prefix_work`."""
     from babelprobe.benchmarks.core.logprobs import plan_logprobs
 
+    if tree_budget is not None:
+        return prefix_work(lm, texts, [0] * len(texts), tree_budget)
     plan = plan_logprobs(lm, texts)
     return Work([len(e.ids) for e in plan.encodings], len(predicting_states(plan.encodings, plan.targets)))
 
@@ -233,7 +236,7 @@ def predicting_states(encodings, targets) -> set:
     return {tuple(enc.ids[:p]) for enc, positions in zip(encodings, targets) for p in positions}
 
 
-def meta_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> Work:
+def prefix_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> Work:
     """The prefix trees' new tokens (each segment after its past) and one projected row per distinct state
     that predicts a scored token (the tree's node before it: tokens predicted by the same node share it)."""
     from babelprobe.benchmarks.core.prefix import plan_prefix

@@ -296,8 +296,10 @@ def run(args) -> tuple[list[dict], dict]:
     comparison.FUSE = not args.separate
     work = {name: floors.Work([], 0) for name, _ in PHASES[:3]}
     if not args.replay_only:
-        work = {"direct": floors.direct_work(lm, items["text"].tolist()),
-                "meta": floors.meta_work(lm, texts, starts, args.batch_tokens),
+        # direct scoring fused with extraction runs every item's own pass; on its own, a prefix tree
+        tree = args.batch_tokens if args.separate else None
+        work = {"direct": floors.direct_work(lm, items["text"].tolist(), tree),
+                "meta": floors.prefix_work(lm, texts, starts, args.batch_tokens),
                 "extract": floors.extract_work(lm, items["text"].tolist()) if args.separate else floors.Work([], 0)}
     rate = floors.matmul_rate(lm, device)
     calls, fits = floors.ModelCalls(lm), floors.FitCalls()

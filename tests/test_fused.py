@@ -78,7 +78,9 @@ def test_compare_fuses_a_new_store_and_leaves_an_existing_one_to_extract(tiny, t
     assert_same_store(tiny, tmp_path / "fused" / "acts", tmp_path / "separate" / "acts")
     a = pd.read_csv(tmp_path / "fused" / "direct.csv")
     b = pd.read_csv(tmp_path / "separate" / "direct.csv")
-    np.testing.assert_array_equal(a[["score_good", "score_bad"]], b[["score_good", "score_bad"]])
+    # the separate direct pass runs the texts as a prefix tree (`DirectScorer.share_prefix`): the same scores up
+    # to float32 rounding of the cached past (issue 40: fused and separate within 1e-5)
+    np.testing.assert_allclose(a[["score_good", "score_bad"]], b[["score_good", "score_bad"]], rtol=0, atol=1e-5)
     # a store that is already there (even of these items) is never refilled by a fused pass
     monkeypatch.setattr(comparison, "FUSE", True)
     (tmp_path / "fused" / "direct.csv").unlink()

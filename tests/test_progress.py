@@ -31,9 +31,25 @@ def real_tokens(lm, texts) -> int:
 def test_the_meter_counts_the_real_tokens_of_every_forward_pass_whatever_the_padding(tiny, items, batch_tokens,
                                                                                      padding_side):
     with TokenMeter(tiny) as meter:
-        score_direct(tiny, items, batch_tokens=batch_tokens, padding_side=padding_side, progress=False)
+        score_direct(tiny, items, batch_tokens=batch_tokens, padding_side=padding_side, progress=False,
+                     share_prefix=False)
     assert meter.tokens == real_tokens(tiny, items["text"])
     assert not tiny.parts.body._forward_pre_hooks  # the hook went with the meter
+
+
+def test_the_meter_counts_a_prefix_trees_new_tokens_not_its_copied_past(tiny, items):
+    """Direct scoring as a prefix tree (one chunk of texts, one tree) runs each distinct start of the texts
+    once, up to each text's last scored token (whose own state predicts nothing), in batches of 16 tokens whose
+    passes attend to copied pasts: the meter counts the tokens run, not the past."""
+    import babelprobe.benchmarks.direct as direct
+
+    plan = direct.plan_prefix
+    with TokenMeter(tiny) as meter, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(direct, "plan_prefix", lambda *a, **k: plan(*a, **{**k, "chunk_tokens": 10**6}))
+        score_direct(tiny, items, batch_tokens=16, progress=False)
+    encoded = [[tiny.tokenizer.bos_token_id, *tiny.tokenizer(t, add_special_tokens=False)["input_ids"]]
+               for t in set(items["text"])]
+    assert meter.tokens == len({tuple(ids[:j]) for ids in encoded for j in range(1, len(ids))})
 
 
 def test_on_an_accelerator_the_meter_counts_positions_without_reading_the_mask(tiny):
@@ -67,7 +83,7 @@ def test_the_bar_moves_inside_a_chunk_as_tokens_run(tiny, items, tmp_path, monke
 
     monkeypatch.setattr(babelprobe.runs, "tqdm", Recorder)
     pairs = items["pair_id"].nunique()
-    score_resumably(lambda chunk: score_direct(tiny, chunk, batch_tokens=16, progress=False), items,
+    score_resumably(lambda chunk: score_direct(tiny, chunk, batch_tokens=16, progress=False, share_prefix=False), items,
                     tmp_path / "direct.csv", {"what": "test"}, chunk_pairs=pairs, model=tiny)  # one chunk
     bar = Recorder.last
     assert bar.n == pairs

@@ -25,6 +25,7 @@ from babelprobe.benchmarks.core.logprobs import (
     run_logprobs,
     token_logprobs,
 )
+from babelprobe.benchmarks.core.prefix import PrefixPlan, plan_prefix, run_prefix
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import load_items, strongest_distractor, to_pairs
 from babelprobe.models import LoadedModel
@@ -44,8 +45,9 @@ def score_texts(model: LoadedModel | str, texts: list[str], reduction: str = "su
 def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction: str = "sum",
                  conditional: bool = False, limit: int | None = None, languages: list[str] | None = None,
                  batch_tokens: int = 4096, padding_side: str = "right", truncate: bool = False,
-                 progress: bool = True) -> pd.DataFrame:
-    """Score every minimal pair of `items` by the model's log-probability of each sentence."""
+                 progress: bool = True, share_prefix: bool = True) -> pd.DataFrame:
+    """Score every minimal pair of `items` by the model's log-probability of each sentence (`share_prefix`:
+    `DirectScorer`'s)."""
     if reduction not in REDUCTIONS:
         raise BabelprobeError(f"unknown reduction {reduction!r}; use one of {', '.join(REDUCTIONS)}")
     items = load_items(items, languages=languages, limit=limit)
@@ -53,7 +55,7 @@ def score_direct(model: LoadedModel | str, items: pd.DataFrame | str, reduction:
     if conditional:
         _score_from(items)  # the prefixes and continuations are there: before the model
     lm = Runtime(model=model).lm  # a spec through the one door, a loaded model as it is
-    scorer = DirectScorer(lm, reduction, conditional, batch_tokens, padding_side, truncate)
+    scorer = DirectScorer(lm, reduction, conditional, batch_tokens, padding_side, truncate, share_prefix=share_prefix)
     prepared = scorer.prepare(items)
     return scorer.finish(scorer.run(prepared, progress=progress))
 
@@ -63,7 +65,13 @@ class DirectScorer:
     """Direct scoring in the three steps of `pipeline.pipelined`: `prepare(items)` (host: tokenise, batch),
     `run(prepared)` (the device's forward passes; results stay there) and `finish(ran)` (host: one read back,
     the per-pair table); calling it does all three. `capture`, if given, is entered around each batch's
-    forward with its inputs (the fused extraction of `compare` keeps the hidden states of the same pass)."""
+    forward with its inputs (the fused extraction of `compare` keeps the hidden states of the same pass).
+
+    With `share_prefix` (and no `capture`, which needs every item's own pass) the texts run as a prefix tree
+    (`shared_prefix_logprobs`): a start that many texts share — BOS, a concept in many pairs — runs once
+    (XCOMPS-sized items, an accelerator's chunks: 52% fewer tokens through the body at 9,180 pairs, 57% at
+    61,064). The same numbers as plain batches up to float rounding of another batching (`share_prefix=False`:
+    plain batches)."""
 
     lm: LoadedModel
     reduction: str = "sum"
@@ -72,6 +80,7 @@ class DirectScorer:
     padding_side: str = "right"
     truncate: bool = False
     capture: object = None
+    share_prefix: bool = True
 
     def __call__(self, items: pd.DataFrame) -> pd.DataFrame:
         return self.finish(self.run(self.prepare(items)))
@@ -79,12 +88,19 @@ class DirectScorer:
     def prepare(self, items: pd.DataFrame):
         to_pairs(items, strongest_distractor(items))
         texts, starts = items["text"].tolist(), _score_from(items) if self.conditional else None
-        plan = plan_logprobs(self.lm, texts, score_from=starts, names=items["item_id"].tolist(),
-                             batch_tokens=self.batch_tokens, padding_side=self.padding_side, truncate=self.truncate)
+        names = items["item_id"].tolist()
+        if self.share_prefix and self.capture is None:
+            plan = plan_prefix(self.lm, texts, starts, names=names, batch_tokens=self.batch_tokens,
+                               truncate=self.truncate)
+        else:
+            plan = plan_logprobs(self.lm, texts, score_from=starts, names=names, batch_tokens=self.batch_tokens,
+                                 padding_side=self.padding_side, truncate=self.truncate)
         return items, starts, plan
 
     def run(self, prepared, progress: bool = False):
         items, starts, plan = prepared
+        if isinstance(plan, PrefixPlan):
+            return items, starts, plan, run_prefix(self.lm, plan, progress=progress)
         during = self.capture.during(items, plan) if self.capture is not None else None
         return items, starts, plan, run_logprobs(self.lm, plan, progress=progress, during=during)
 

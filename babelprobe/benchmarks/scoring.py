@@ -114,8 +114,9 @@ def score_pairs(items, out: str | Path, settings: DirectSettings | MetaSettings 
     `out` (a .csv or .parquet file), resumably; returns the rows. `settings`: a `DirectSettings` (direct) or a
     `MetaSettings` (meta), which names the method, or None with `method` ("direct" or "meta"): its defaults.
     `runtime`: the model and `batch_tokens`, `progress` (docs/design.md "Runtime, settings, runners"; the older
-    `score_pairs(method, lm, items, out, settings, batch_tokens=...)` too). `share_prefix` (meta) runs each
-    prompt once for both answers (same numbers)."""
+    `score_pairs(method, lm, items, out, settings, batch_tokens=...)` too). `share_prefix` runs each shared
+    start once, as a prefix tree: meta's prompt once for both answers, direct's texts' common starts (the
+    same numbers up to float rounding)."""
     import pandas as pd
 
     from babelprobe.inputs import check_input
@@ -148,7 +149,7 @@ def _score_pairs(method: str, lm, items, out, settings, *, batch_tokens: int, pa
 
         # in three steps, so that chunks are prepared and finished while the device runs another
         score = DirectScorer(lm, batch_tokens=batch_tokens, padding_side=padding_side, capture=capture,
-                             **settings_record(settings))
+                             share_prefix=share_prefix, **settings_record(settings))
     else:
         from babelprobe.benchmarks.meta import MetaScorer, prompts_digest
 

@@ -24,6 +24,9 @@ def register(sub) -> None:
         description="Score each pair by the sum of its tokens' log-probabilities given BOS (or a reduction); "
         "write one row per pair and print accuracy per language × subset.")
     add_common(direct, DirectSettings, "direct scoring settings")
+    direct.add_argument("--no-share-prefix", action="store_true",
+                        help="score every text in plain batches instead of running the starts texts share once "
+                        "(slower; the same numbers up to float rounding, for checking)")
     direct.set_defaults(func=run)
     meta = methods.add_parser(
         "meta", help="ask which concept has the property and compare the answers' log-probabilities",
