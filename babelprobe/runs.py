@@ -133,10 +133,11 @@ def partial_dir(out: str | Path) -> Path:
 
 class TokenMeter:
     """Counts the real tokens of every forward pass of a model's body while it is open (a forward pre-hook;
-    padding and a KV cache's past left out on a CPU; on an accelerator the positions, padding included, since reading the mask back
-    would make the host wait for the device at every pass), and shows the count on a progress bar: the bar of `score_resumably` moves by
-    finished chunks of units, the count moves with every batch inside one, so a long chunk (a language's
-    interventions, a chunk of patched pairs) is seen working rather than jumping from 0 to N at its end."""
+    padding and a KV cache's past left out on a CPU; on an accelerator the positions run, padding included,
+    since reading the mask back would make the host wait for the device at every pass), and shows the count on
+    a progress bar: the bar of `score_resumably` moves by finished chunks of units, the count moves with every
+    batch inside one, so a long chunk (a language's interventions, a chunk of patched pairs) is seen working
+    rather than jumping from 0 to N at its end."""
 
     def __init__(self, lm, bar=None):
         self.lm, self.bar, self.tokens, self._handle = lm, bar, 0, None
