@@ -223,10 +223,10 @@ def direct_work(lm, texts: list[str], tree_budget: int | None = None) -> Work:
     """The distinct texts babelprobe scores, and one projected row per distinct state that predicts a scored
     token (the token prefix before it: texts that start alike share it, all share BOS's). With `tree_budget`
     (direct scoring as a prefix tree, `DirectScorer.share_prefix`, at that budget): the tree's, `prefix_work`."""
-    from babelprobe.benchmarks.core.logprobs import plan_logprobs
-
     if tree_budget is not None:
         return prefix_work(lm, texts, [0] * len(texts), tree_budget)
+    from babelprobe.benchmarks.core.logprobs import plan_logprobs
+
     plan = plan_logprobs(lm, texts)
     return Work([len(e.ids) for e in plan.encodings], len(predicting_states(plan.encodings, plan.targets)))
 
