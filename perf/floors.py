@@ -8,7 +8,7 @@ the same run as babelprobe's own phases.
   bare        the same tokens through a plain forward at the best batch budget of a sweep (`bare_seconds`):
               direct: the distinct texts' tokens, then the projection of the rows that predict a scored
               token; meta: the prefix trees' new tokens as plain rows (their past left out, so less than the
-              real work), then the scored rows' projection; extract: every item's tokens, the body only.
+              real work), then the scored rows' projection; extract: each distinct text's tokens, the body only.
   arithmetic  the phase's model FLOPs (`Work.flops`: 2 × the blocks' weights per token, attention over each
               token's context, 2 × d_model × vocabulary per projected row) ÷ the dense matmul rate of this
               device measured in this run (`matmul_rate`: the model's dtype, a large square product).
@@ -253,8 +253,9 @@ def prefix_work(lm, texts: list[str], starts: list[int], batch_tokens: int) -> W
 
 
 def extract_work(lm, texts: list[str]) -> Work:
-    """Every item's tokens through the body (extraction does not deduplicate), nothing projected."""
-    return Work([len(e.ids) for e in lm.encode(texts, truncate=True)], 0)
+    """Each distinct text's tokens through the body, nothing projected (extraction runs a text that recurs within
+    a shard once; the floor runs it once over all)."""
+    return Work([len(e.ids) for e in lm.encode(list(dict.fromkeys(texts)), truncate=True)], 0)
 
 
 # ------------------------------------------------------------------------------------------- the floors

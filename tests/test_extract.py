@@ -87,6 +87,36 @@ def test_store_equals_hf_hidden_states_one_text_at_a_time(tmp_path, arch, backen
     assert verify_store(tmp_path / "s") == []
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_a_text_that_recurs_in_a_shard_runs_once_and_fills_each_of_its_rows(tmp_path, dtype):
+    """XCOMPS's acceptable sentence is in the pairs of all four negative types: within a shard it runs once.
+    Shards of 4: [a b a c] and [b a d] (a and b recur across shards: each shard runs its own)."""
+    lm = tiny_lm("llama")
+    a, b, c, d = CORPUS[:4]
+    items = corpus_items([a, b, a, c, b, a, d])
+    run = []  # the real tokens of every text the model runs, from its own inputs
+    hook = lm.parts.body.register_forward_pre_hook(
+        lambda module, args, kwargs: run.extend(kwargs["attention_mask"].sum(1).tolist()), with_kwargs=True)
+    try:
+        report = extract(lm, items, tmp_path / "s", pool="both", dtype=dtype, shard_size=4, batch_tokens=64,
+                         progress=False)
+    finally:
+        hook.remove()
+    tokens = {text: len(lm.encode([text])[0].ids) for text in (a, b, c, d)}
+    assert sorted(run) == sorted(tokens[t] for t in (a, b, c, b, a, d))  # 6 texts run for 7 items
+    assert (report.items_done, report.repeats, report.real_tokens) == (7, 1, sum(run))
+    store = open_store(tmp_path / "s")
+    for pool in ("last", "mean"):
+        values = store.read_layers(pool=pool)
+        assert np.array_equal(values[2], values[0])  # the copy is the first's rows, bit for bit
+        if dtype == "float32":
+            for row, text in enumerate(items["text"]):
+                assert_close_rel(values[row], hf_reference(lm, text)[pool == "mean"], 1e-5, f"{pool} of row {row}")
+    assert store.keys["item_id"].tolist() == items["item_id"].tolist()
+    assert store.keys["n_tokens"].tolist() == [tokens[t] for t in items["text"]]
+    assert verify_store(tmp_path / "s") == []
+
+
 def test_left_padding_and_no_bos_model(tmp_path):
     lm = tiny_lm("gemma3", bos=False)  # sliding-window attention, no BOS: the mean covers every token
     items = corpus_items()

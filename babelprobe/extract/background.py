@@ -1,8 +1,9 @@
 """The background writer of an extraction: shards are assembled, checked, hashed and written to HDF5 on a
 thread of their own, so the device runs the next batches meanwhile instead of waiting on the disk.
 
-The extraction loop (`run.py`) sends it, in order: `start(k)` for a shard, `rows(rows, pooled)` for each
-batch (`pooled` is a `capture.PooledRows` whose copy to host memory may still be under way), and `end(k)`.
+The extraction loop (`run.py`) sends it, in order: `start(k)` for a shard, `rows(rows, pooled, source)` for
+each batch (`pooled` is a `capture.PooledRows` whose copy to host memory may still be under way; `source` maps
+the shard's rows to pooled rows when a text that recurs was run once), and `end(k)`.
 The writer thread fills the shard's arrays as the copies complete (as the store keeps them: a float32 or
 bfloat16 store's rows come encoded and checked from where they were pooled, `device_encoding`, so the host
 neither converts nor scans them) and, at `end`, hands the shard to one of
@@ -92,8 +93,10 @@ class BackgroundWriter:
     def start(self, index: int) -> None:
         self._put(("start", index))
 
-    def rows(self, rows, pooled) -> None:
-        self._put(("rows", rows, pooled))
+    def rows(self, rows, pooled, source=None) -> None:
+        """Rows of the started shard (shard rows `rows`); `source[j]` is the pooled row that row `rows[j]` takes
+        (default: the j-th; a text that recurs in the shard, run once, fills each of its rows)."""
+        self._put(("rows", rows, pooled, source))
 
     def end(self, index: int) -> None:
         self._put(("end", index))
@@ -178,10 +181,11 @@ class BackgroundWriter:
                 self.span = self.writer.shard_rows(message[1])
                 self.arrays = self._arrays(self.span)
             elif kind == "rows":
-                _, rows, pooled = message
+                _, rows, pooled, source = message
                 store_rows = self.span[0] + np.asarray(rows)
-                for pool, values in self._take(pooled, store_rows, np.arange(len(rows))).items():
-                    self.arrays[pool][rows] = values
+                taken = np.arange(len(rows)) if source is None else np.asarray(source)
+                for pool, values in self._take(pooled, store_rows, taken).items():
+                    self.arrays[pool][rows] = values if source is None else values[taken]
             elif kind == "scattered":
                 self._scatter(*message[1:])
             else:
