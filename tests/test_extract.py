@@ -88,9 +88,15 @@ def test_store_equals_hf_hidden_states_one_text_at_a_time(tmp_path, arch, backen
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_a_text_that_recurs_in_a_shard_runs_once_and_fills_each_of_its_rows(tmp_path, dtype):
-    """XCOMPS's acceptable sentence is in the pairs of all four negative types: within a shard it runs once.
-    Shards of 4: [a b a c] and [b a d] (a and b recur across shards: each shard runs its own)."""
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_text_that_recurs_runs_once_and_fills_each_of_its_rows(tmp_path, monkeypatch, dtype, kept):
+    """XCOMPS's acceptable sentence is in the pairs of all four negative types: it runs once. Shards of 4:
+    [a b a c] and [b a d]; a and b recur in the second shard, which copies their kept rows (or, with no memory
+    for kept rows, runs them again)."""
+    import babelprobe.extract.run as run_module
+
+    if not kept:
+        monkeypatch.setattr(run_module, "REPEAT_BYTES", 0)
     lm = tiny_lm("llama")
     a, b, c, d = CORPUS[:4]
     items = corpus_items([a, b, a, c, b, a, d])
@@ -103,18 +109,44 @@ def test_a_text_that_recurs_in_a_shard_runs_once_and_fills_each_of_its_rows(tmp_
     finally:
         hook.remove()
     tokens = {text: len(lm.encode([text])[0].ids) for text in (a, b, c, d)}
-    assert sorted(run) == sorted(tokens[t] for t in (a, b, c, b, a, d))  # 6 texts run for 7 items
-    assert (report.items_done, report.repeats, report.real_tokens) == (7, 1, sum(run))
+    ran = (a, b, c, d) if kept else (a, b, c, b, a, d)
+    assert sorted(run) == sorted(tokens[t] for t in ran)
+    assert (report.items_done, report.repeats, report.real_tokens) == (7, 7 - len(ran), sum(run))
     store = open_store(tmp_path / "s")
     for pool in ("last", "mean"):
         values = store.read_layers(pool=pool)
-        assert np.array_equal(values[2], values[0])  # the copy is the first's rows, bit for bit
+        assert np.array_equal(values[2], values[0])  # a copy is its first's rows, bit for bit
+        if kept:
+            assert np.array_equal(values[5], values[0]) and np.array_equal(values[4], values[1])
         if dtype == "float32":
             for row, text in enumerate(items["text"]):
                 assert_close_rel(values[row], hf_reference(lm, text)[pool == "mean"], 1e-5, f"{pool} of row {row}")
     assert store.keys["item_id"].tolist() == items["item_id"].tolist()
     assert store.keys["n_tokens"].tolist() == [tokens[t] for t in items["text"]]
     assert verify_store(tmp_path / "s") == []
+
+
+def test_kept_rows_stay_within_their_budget_and_go_after_their_last_shard():
+    """`Repeats` keeps a text's rows only while the kept rows fit the budget, and lets them go once the last
+    shard that has the text copied them; a text not kept runs again where it recurs."""
+    from babelprobe.extract.run import Repeats
+    from babelprobe.models import Encoding
+
+    texts = [[1, 2], [3], [1, 2], [4], [3], [5], [4], [1, 2], [5]]  # shards of 3: [A B A] [C B E] [C A E]
+    encodings = [Encoding([0, *ids], [(0, 0)] * (len(ids) + 1)) for ids in texts]
+    repeats = Repeats(encodings, [(0, 3), (3, 6), (6, 9)], row_bytes=10, budget=20)  # two texts at most
+    plans = []
+    for n in range(3):
+        plans.append(repeats.shard(n))
+        assert len(repeats.kept) * 10 <= 20
+    first, second, third = plans
+    assert (first.firsts, first.copies, first.copied) == ([0, 1], {0: [0, 2], 1: [1]}, {})
+    assert sorted(first.keep) == [0, 1] and first.gone == []  # A (again in the third shard) and B (the second)
+    assert second.copied == {1: (0, 3)} and second.firsts == [0, 2]  # B copied; C and E run
+    assert second.gone == [(0, 3)]  # no shard after the second has B: copied, its rows go
+    assert second.keep == {0: (0, 4)}  # room for C, not for E
+    assert third.copied == {0: (0, 4), 1: (0, 1, 2)} and third.firsts == [2]  # E runs again
+    assert sorted(third.gone) == [(0, 1, 2), (0, 4)] and not repeats.kept
 
 
 def test_left_padding_and_no_bos_model(tmp_path):

@@ -80,6 +80,10 @@ class BackgroundWriter:
         self.arrays, self.span = None, None  # the shard being assembled (writer side)
         self.open: dict[int, tuple[dict, int]] = {}  # scattered rows: shard -> (arrays, rows still missing)
         self.spare: list[dict] = []  # arrays of written shards, reused (the module's note on `spare`)
+        self.kept: dict = {}  # a text's pooled rows kept for later shards (`rows(..., keep)`, `copied`, `forget`)
+        n_layers, d_model = shape  # the bytes of one kept text's rows (as the shard is assembled)
+        self.row_bytes = len(writer.pools) * n_layers * d_model * (
+            4 if self.encoding is None else np.dtype(storage_dtype(self.encoding)).itemsize)
         self.lock = threading.Lock()  # the records, counters and spare arrays, shared by the shard writers
         self.writing: list[Future] = []  # shards handed to the writers, oldest first
         self.n_writers = writers if threaded else 1
@@ -93,10 +97,19 @@ class BackgroundWriter:
     def start(self, index: int) -> None:
         self._put(("start", index))
 
-    def rows(self, rows, pooled, source=None) -> None:
+    def rows(self, rows, pooled, source=None, keep=None) -> None:
         """Rows of the started shard (shard rows `rows`); `source[j]` is the pooled row that row `rows[j]` takes
-        (default: the j-th; a text that recurs in the shard, run once, fills each of its rows)."""
-        self._put(("rows", rows, pooled, source))
+        (default: the j-th; a text that recurs in the shard, run once, fills each of its rows); `keep` {pooled
+        row: key}: rows kept for later shards' `copied`, until `forget` (`run.Repeats`)."""
+        self._put(("rows", rows, pooled, source, keep))
+
+    def copied(self, rows, keys) -> None:
+        """Rows of the started shard filled from kept rows (row `rows[j]` from key `keys[j]`)."""
+        self._put(("copied", rows, keys))
+
+    def forget(self, keys) -> None:
+        if keys:
+            self._put(("forget", keys))
 
     def end(self, index: int) -> None:
         self._put(("end", index))
@@ -181,11 +194,21 @@ class BackgroundWriter:
                 self.span = self.writer.shard_rows(message[1])
                 self.arrays = self._arrays(self.span)
             elif kind == "rows":
-                _, rows, pooled, source = message
+                _, rows, pooled, source, keep = message
                 store_rows = self.span[0] + np.asarray(rows)
                 taken = np.arange(len(rows)) if source is None else np.asarray(source)
-                for pool, values in self._take(pooled, store_rows, taken).items():
-                    self.arrays[pool][rows] = values if source is None else values[taken]
+                values = self._take(pooled, store_rows, taken)
+                for pool, block in values.items():
+                    self.arrays[pool][rows] = block if source is None else block[taken]
+                for j, key in (keep or {}).items():
+                    self.kept[key] = {pool: block[j].copy() for pool, block in values.items()}
+            elif kind == "copied":
+                _, rows, keys = message
+                for pool, target in self.arrays.items():
+                    target[rows] = np.stack([self.kept[key][pool] for key in keys])
+            elif kind == "forget":
+                for key in message[1]:
+                    del self.kept[key]
             elif kind == "scattered":
                 self._scatter(*message[1:])
             else:

@@ -6,11 +6,12 @@ How a run goes:
      naming the item, unless `truncate`);
   2. rank 0 takes the store's lock, checks an existing store (same settings: resume; other settings:
      refuse unless `overwrite`), removes partial leftovers and lists the shards still to do;
-  3. each process takes its shards; in a shard, a text that recurs runs once (`repeated_texts`), and the
-     texts are sorted by length and cut into batches under a token budget, cut where the padding saved pays
-     for one more forward pass (`models.length_batches`), run once through the model by a backend that pools
-     inside the forward pass; the pooled rows leave the device without blocking (pinned host memory on CUDA);
-     on a GPU out-of-memory the batch is halved and retried;
+  3. each process takes its shards; a text that recurs runs once (`Repeats`: in its shard, and for later
+     shards its pooled rows are kept while `REPEAT_BYTES` holds them); in a shard, the texts are sorted by
+     length and cut into batches under a token budget, cut where the padding saved pays for one more forward
+     pass (`models.length_batches`), run once through the model by a backend that pools inside the forward
+     pass; the pooled rows leave the device without blocking (pinned host memory on CUDA); on a GPU
+     out-of-memory the batch is halved and retried;
   4. a background thread (`background.py`) puts the rows back in item order and writes each finished
      shard atomically (temporary name, fsync, rename) and updates the manifest, while the model runs
      the next batches;
@@ -42,6 +43,8 @@ from babelprobe.models import length_batches, pad_batch, pass_tokens, sync_free_
 from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
 
+# Host memory for the pooled rows of texts that recur in a later shard (`Repeats`): a text beyond it runs again.
+REPEAT_BYTES = 1 << 30
 MEAN_POOLING = "masked mean over the text's tokens, BOS excluded (BOS alone if the text is only BOS)"
 LAST_POOLING = "state at the text's last token"
 
@@ -283,18 +286,26 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                                       update_manifest=world.size == 1, threaded=remote != "local")
         runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock, background.encoding)
         try:
-            for k in shards:
+            repeats = Repeats(encodings, [writer.shard_rows(k) for k in shards], background.row_bytes)
+            for n, k in enumerate(shards):
                 r0, r1 = writer.shard_rows(k)
                 shard_encodings = encodings[r0:r1]
-                firsts, copies = repeated_texts(shard_encodings)
+                plan = repeats.shard(n)
                 background.start(k)
-                for batch in length_batches([len(shard_encodings[i].ids) for i in firsts], batch_tokens, cost):
-                    for rows, pooled in runner.run([firsts[j] for j in batch], shard_encodings):
-                        into = [row for first in rows for row in copies[first]]
-                        background.rows(into, pooled, [j for j, first in enumerate(rows) for _ in copies[first]])
-                    done = sum(len(copies[firsts[j]]) for j in batch)
+                if plan.copied:
+                    background.copied(list(plan.copied), list(plan.copied.values()))
+                background.forget(plan.gone)
+                stats["items_done"] += len(plan.copied)
+                stats["repeats"] += (r1 - r0) - len(plan.firsts)
+                bar.update(len(plan.copied))
+                for batch in length_batches([len(shard_encodings[i].ids) for i in plan.firsts], batch_tokens, cost):
+                    for rows, pooled in runner.run([plan.firsts[j] for j in batch], shard_encodings):
+                        into = [row for first in rows for row in plan.copies[first]]
+                        source = [j for j, first in enumerate(rows) for _ in plan.copies[first]]
+                        keep = {j: plan.keep[first] for j, first in enumerate(rows) if first in plan.keep}
+                        background.rows(into, pooled, source, keep)
+                    done = sum(len(plan.copies[plan.firsts[j]]) for j in batch)
                     stats["items_done"] += done
-                    stats["repeats"] += done - len(batch)
                     bar.update(done)
                     elapsed = time.perf_counter() - start
                     bar.set_postfix_str(f"{stats['real_tokens'] / max(elapsed, 1e-9):.0f} tok/s", refresh=False)
@@ -315,16 +326,57 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
     return stats
 
 
-def repeated_texts(encodings) -> tuple[list[int], dict[int, list[int]]]:
-    """The first row of each distinct token sequence among a shard's `encodings`, and for each first row every
-    row with its tokens (itself included). The same tokens give the same states, so a text that recurs (XCOMPS's
-    acceptable sentence, once in each of its four negative types' pairs: 37.5% of the items) runs once and its
-    pooled rows fill each of its rows."""
-    first: dict[tuple, int] = {}
+def repeated_texts(keys: list) -> tuple[list[int], dict[int, list[int]]]:
+    """The first row of each distinct key (a text's tokens) among a shard's rows, and for each first row every
+    row with its key (itself included)."""
+    first: dict = {}
     copies: dict[int, list[int]] = {}
-    for row, enc in enumerate(encodings):
-        copies.setdefault(first.setdefault(tuple(enc.ids), row), []).append(row)
+    for row, key in enumerate(keys):
+        copies.setdefault(first.setdefault(key, row), []).append(row)
     return list(first.values()), copies
+
+
+@dataclass
+class ShardPlan:
+    """One shard's rows (numbered within it): `firsts` to run, each first's `copies` (rows with its tokens,
+    itself included), the rows `copied` from a kept earlier shard's text (row -> key), and the run texts to
+    `keep` for later shards (first row -> key); the kept texts no later shard has are `gone` once copied."""
+
+    firsts: list[int]
+    copies: dict[int, list[int]]
+    copied: dict[int, tuple]
+    gone: list[tuple]
+    keep: dict[int, tuple]
+
+
+class Repeats:
+    """Which texts a process's shards run and which they copy. The same tokens give the same states, so a text
+    that recurs (XCOMPS's acceptable sentence, once in each of its four negative types' pairs: 37.5% of the
+    items) runs once: within a shard its pooled rows fill each of its rows; for a later shard the background
+    writer keeps them from the shard that ran it until the last shard that has it, while the kept rows stay
+    within `budget` bytes (`REPEAT_BYTES`); a text beyond that runs again where it recurs."""
+
+    def __init__(self, encodings, spans: list[tuple[int, int]], row_bytes: int, budget: int | None = None):
+        self.keys = [[tuple(encodings[row].ids) for row in range(r0, r1)] for r0, r1 in spans]
+        self.last = {key: n for n, keys in enumerate(self.keys) for key in keys}  # the last shard with each
+        self.kept: set = set()
+        self.row_bytes, self.budget = row_bytes, REPEAT_BYTES if budget is None else budget
+
+    def shard(self, n: int) -> ShardPlan:
+        """The n-th shard's plan; kept texts that no later shard has are let go once copied (`ShardPlan.gone`)."""
+        firsts, copies = repeated_texts(self.keys[n])
+        keys = self.keys[n]
+        from_kept = {first for first in firsts if keys[first] in self.kept}
+        copied = {row: keys[first] for first in sorted(from_kept) for row in copies[first]}
+        gone = [keys[first] for first in sorted(from_kept) if self.last[keys[first]] == n]
+        self.kept.difference_update(gone)
+        firsts = [first for first in firsts if first not in from_kept]
+        keep = {}
+        for first in firsts:
+            if self.last[keys[first]] > n and (len(self.kept) + 1) * self.row_bytes <= self.budget:
+                self.kept.add(keys[first])
+                keep[first] = keys[first]
+        return ShardPlan(firsts, {first: copies[first] for first in firsts}, copied, gone, keep)
 
 
 class ForwardClock:
