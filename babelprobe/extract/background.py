@@ -3,7 +3,9 @@ thread of their own, so the device runs the next batches meanwhile instead of wa
 
 The extraction loop (`run.py`) sends it, in order: `start(k)` for a shard, `rows(rows, pooled, source)` for
 each batch (`pooled` is a `capture.PooledRows` whose copy to host memory may still be under way; `source` maps
-the shard's rows to pooled rows when a text that recurs was run once), and `end(k)`.
+the shard's rows to pooled rows when a text that recurs was run once), and `end(k)`; the rows of a text that
+a later shard has too are kept (`rows(..., keep)`), copied into that shard (`copied`) and let go once no shard
+after it has the text (`forget`), as `run.Repeats` plans.
 The writer thread fills the shard's arrays as the copies complete (as the store keeps them: a float32 or
 bfloat16 store's rows come encoded and checked from where they were pooled, `device_encoding`, so the host
 neither converts nor scans them) and, at `end`, hands the shard to one of
