@@ -145,3 +145,27 @@ def test_running_out_of_device_memory_is_one_line_and_keeps_the_finished_chunks(
     again = score_resumably(DirectScorer(tiny, batch_tokens=32), items, out, {"what": "test"}, chunk_pairs=1,
                             progress=False, model=tiny)
     assert len(again) == items["pair_id"].nunique() and out.exists()
+
+
+def test_units_that_share_a_text_are_chunked_together_and_come_back_in_order(tmp_path):
+    """`together="text"`: a chunk holds the pairs linked by a shared text (XCOMPS's acceptable sentence is in
+    four pairs), so a scorer that runs each distinct text of a chunk once runs it once; the rows come back in
+    the items' order."""
+    from babelprobe.runs import kept_together
+
+    texts = {"p1": ("a", "x"), "p2": ("b", "y"), "p3": ("a", "z"), "p4": ("c", "y"), "p5": ("d", "w")}
+    items = pd.DataFrame([{"pair_id": pid, "item_id": f"{pid}-{k}", "text": text}
+                          for pid, pair in texts.items() for k, text in enumerate(pair)])
+    assert kept_together(items, "pair_id", "text") == ["p1", "p3", "p2", "p4", "p5"]  # {p1 p3} by a, {p2 p4} by y
+    chunks = []
+
+    def score(chunk):  # one row per pair: its texts, as a scorer's table
+        chunks.append(list(dict.fromkeys(chunk["pair_id"])))
+        return chunk.groupby("pair_id", sort=False)["text"].agg("+".join).reset_index()
+
+    rows = score_resumably(score, items, tmp_path / "rows.csv", {"what": "test"}, chunk_pairs=2, progress=False,
+                           together="text")
+    assert chunks == [["p1", "p3"], ["p2", "p4"], ["p5"]]
+    assert rows["pair_id"].tolist() == ["p1", "p2", "p3", "p4", "p5"]
+    assert rows["text"].tolist() == ["a+x", "b+y", "a+z", "c+y", "d+w"]
+    assert pd.read_csv(tmp_path / "rows.csv")["pair_id"].tolist() == rows["pair_id"].tolist()
