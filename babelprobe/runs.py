@@ -181,7 +181,8 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
     out, partial = Path(out), partial_dir(out)
     key = {**key, "items": _hash(items), **({"together": together} if together is not None else {})}
     key = json.loads(json.dumps(key, sort_keys=True, default=str))
-    pair_ids = list(dict.fromkeys(items[unit])) if together is None else kept_together(items, unit, together)
+    units = list(dict.fromkeys(items[unit]))
+    pair_ids = units if together is None else kept_together(items, unit, together)
     lock = FileLock(str(out.parent / f".{out.name}.lock"))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -224,7 +225,7 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         frames = [pd.read_parquet(partial / f"chunk-{i:05d}.parquet") for i in range(len(chunks))]
         result = pd.concat(frames, ignore_index=True) if frames else score(items)
         if together is not None and len(result):  # the items' order of units (a stable sort keeps each unit's rows)
-            position = {pid: i for i, pid in enumerate(dict.fromkeys(items[unit]))}
+            position = {pid: i for i, pid in enumerate(units)}
             result = result.iloc[np.argsort(result[unit].map(position).to_numpy(), kind="stable")]
             result = result.reset_index(drop=True)
         write_table(result, out)
@@ -242,24 +243,18 @@ def kept_together(items: pd.DataFrame, unit: str, column: str) -> list:
     acceptable sentence is in the pairs of four negative types, and at a quarter of XCOMPS in perf/workflow.py's
     order (language, negative type, pair) chunks of 2,000 pairs held 109,870 distinct texts in all, 68,737 so
     ordered, for 68,403 distinct texts over all."""
-    units = list(dict.fromkeys(items[unit]))
-    parent = {u: u for u in units}
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    def root(u):
-        while parent[u] != u:
-            parent[u] = parent[parent[u]]
-            u = parent[u]
-        return u
-
-    first = {}
-    for u, value in zip(items[unit], items[column]):
-        a, b = root(first.setdefault(value, u)), root(u)
-        if a != b:
-            parent[b] = a
-    sets: dict = {}
-    for u in units:
-        sets.setdefault(root(u), []).append(u)
-    return [u for members in sets.values() for u in members]
+    codes, units = pd.factorize(items[unit])
+    values = pd.factorize(items[column])[0]
+    if not len(units):
+        return []
+    size = len(units) + int(values.max()) + 1  # a graph of units and values, an edge per item
+    _, sets = connected_components(coo_matrix((np.ones(len(codes)), (codes, len(units) + values)),
+                                              shape=(size, size)), directed=False)
+    order = pd.factorize(sets[:len(units)])[0]  # the sets numbered in the order of their first unit
+    return list(units[np.argsort(order, kind="stable")])
 
 
 def _out_of_memory(err: Exception) -> bool:

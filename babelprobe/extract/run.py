@@ -301,7 +301,8 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                 for batch in length_batches([len(shard_encodings[i].ids) for i in plan.firsts], batch_tokens, cost):
                     for rows, pooled in runner.run([plan.firsts[j] for j in batch], shard_encodings):
                         into = [row for first in rows for row in plan.copies[first]]
-                        source = [j for j, first in enumerate(rows) for _ in plan.copies[first]]
+                        source = [j for j, first in enumerate(rows) for _ in plan.copies[first]] \
+                            if len(into) > len(rows) else None  # None: each row its own (no copy made)
                         keep = {j: plan.keep[first] for j, first in enumerate(rows) if first in plan.keep}
                         background.rows(into, pooled, source, keep)
                     done = sum(len(plan.copies[plan.firsts[j]]) for j in batch)
