@@ -69,6 +69,54 @@ def test_one_pass_gives_the_scores_and_states_of_two(tiny, tmp_path):
     assert_same_store(tiny, tmp_path / "fused", tmp_path / "separate")
 
 
+@pytest.mark.parametrize("budget", [None, 0])
+def test_a_text_that_an_earlier_chunk_ran_is_copied_not_run_again(tiny, tmp_path, monkeypatch, budget):
+    """Chunks of two pairs: the copy pair (last) repeats the first pair's texts, so its rows come from the rows
+    kept when the first chunk ran them, bit for bit, and its scores from that chunk's; with no room to keep
+    them (`REPEAT_BYTES` 0) they run again. Either way the scores and the store are direct scoring's and
+    `extract`'s."""
+    import babelprobe.benchmarks.direct as direct_module
+    import babelprobe.extract.run as run_module
+    import babelprobe.runs as runs
+
+    items = sample_items()
+    monkeypatch.setattr(runs, "CHUNK_PAIRS", 2)
+    if budget is not None:
+        monkeypatch.setattr(run_module, "REPEAT_BYTES", budget)
+    chunk = items["pair_id"].map({p: i // 2 for i, p in enumerate(dict.fromkeys(items["pair_id"]))})
+    first_chunk = chunk.groupby(items["text"]).transform("min")
+    in_earlier = int((chunk > first_chunk).sum())  # items whose text an earlier chunk has: the copy pair's
+    assert in_earlier > 2  # and more (XCOMPS's acceptable sentence recurs over negative types)
+
+    planned, plan_logprobs = [], direct_module.plan_logprobs
+    monkeypatch.setattr(direct_module, "plan_logprobs",
+                        lambda lm, texts, **options: planned.extend(set(texts)) or plan_logprobs(lm, texts, **options))
+    settings = DirectSettings()
+    capture = StoreCapture(tiny, items, tmp_path / "fused", ExtractSettings(pool="both"), batch_tokens=64)
+    with capture:
+        fused = score_direct_capturing(tiny, items, tmp_path / "fused.csv", settings, capture, batch_tokens=64,
+                                       progress=False)
+    runs_of = pd.Series(planned).value_counts()
+    assert set(runs_of.index) == set(items["text"])
+    per_chunk = len(pd.DataFrame({"chunk": chunk, "text": items["text"]}).drop_duplicates())
+    assert runs_of.sum() == (per_chunk if budget == 0 else items["text"].nunique())
+    assert capture.copies == (0 if budget == 0 else in_earlier) and not capture.kept
+
+    monkeypatch.setattr(direct_module, "plan_logprobs", plan_logprobs)
+    alone = score_pairs("direct", tiny, items, tmp_path / "alone.csv", settings, batch_tokens=64, progress=False)
+    np.testing.assert_allclose(fused[["score_good", "score_bad"]], alone[["score_good", "score_bad"]], rtol=0, atol=1e-5)
+    extract(tiny, items, tmp_path / "separate", pool="both", batch_tokens=64, progress=False)
+    assert_same_store(tiny, tmp_path / "fused", tmp_path / "separate")
+    store, row = open_store(tmp_path / "fused"), pd.Series(range(len(items)), index=items["item_id"])
+    copies = items[items["pair_id"] == "copy-pair"]
+    for pool in store.pools:
+        for layer in store.layers:
+            values = store.read(layer, pool=pool)
+            for item_id, text in zip(copies["item_id"], copies["text"]):
+                first = items["item_id"][items["text"] == text].iloc[0]
+                np.testing.assert_array_equal(values[row[item_id]], values[row[first]])
+
+
 def test_compare_fuses_a_new_store_and_leaves_an_existing_one_to_extract(tiny, tmp_path, monkeypatch):
     items = sample_items()
     monkeypatch.setattr(comparison, "FUSE", True)  # forced: "auto" fuses on accelerators only

@@ -159,6 +159,7 @@ def _score_pairs(method: str, lm, items, out, settings, *, batch_tokens: int, pa
                            **settings.scorer_options(lm))
     # pairs that share a text in the same chunk, so that each text runs about once; not where the pass fills the
     # store, whose shards (contiguous items) are written when complete: so ordered, a quarter of XCOMPS at 8B
-    # would hold 128 shards open (34 GB) instead of 10
+    # would hold 128 shards open (34 GB) instead of 10; there a text of an earlier chunk is copied instead
+    # (`StoreCapture.plan`)
     together = "text" if capture is None else None
     return score_resumably(score, items, out, key, progress=progress, desc=method, model=lm, together=together)

@@ -5,7 +5,9 @@ The extraction loop (`run.py`) sends it, in order: `start(k)` for a shard, `rows
 each batch (`pooled` is a `capture.PooledRows` whose copy to host memory may still be under way; `source` maps
 the shard's rows to pooled rows when a text that recurs was run once), and `end(k)`; the rows of a text that
 a later shard has too are kept (`rows(..., keep)`), copied into that shard (`copied`) and let go once no shard
-after it has the text (`forget`), as `run.Repeats` plans.
+after it has the text (`forget`), as `run.Repeats` plans. A fused pass (`fused.py`) sends rows of any shards
+instead (`scattered`, `scattered_copies`: a shard is written once all its rows have come), keeping rows the same
+way.
 The writer thread fills the shard's arrays as the copies complete (as the store keeps them: a float32 or
 bfloat16 store's rows come encoded and checked from where they were pooled, `device_encoding`, so the host
 neither converts nor scans them) and, at `end`, hands the shard to one of
@@ -116,11 +118,15 @@ class BackgroundWriter:
     def end(self, index: int) -> None:
         self._put(("end", index))
 
-    def scattered(self, rows, pooled, source=None) -> None:
+    def scattered(self, rows, pooled, source=None, keep=None) -> None:
         """Rows of any shards, by store row (`rows`); `source[j]` is the pooled row that store row `rows[j]`
-        takes (default: the j-th; a text scored once for several items fills each of their rows). A shard is
-        written once all its rows have come (extraction fused into another pass, `fused.py`)."""
-        self._put(("scattered", rows, pooled, source))
+        takes (default: the j-th; a text scored once for several items fills each of their rows); `keep` as
+        `rows`'. A shard is written once all its rows have come (extraction fused into another pass, `fused.py`)."""
+        self._put(("scattered", rows, pooled, source, keep))
+
+    def scattered_copies(self, rows, keys) -> None:
+        """Rows of any shards filled from kept rows (store row `rows[j]` from key `keys[j]`)."""
+        self._put(("scattered_copies", rows, keys))
 
     def close(self) -> None:
         """Wait until every queued shard is written; re-raise the writer's error, if any."""
@@ -212,29 +218,34 @@ class BackgroundWriter:
                 for key in message[1]:
                     del self.kept[key]
             elif kind == "scattered":
-                self._scatter(*message[1:])
+                _, rows, pooled, source, keep = message
+                source = np.arange(len(rows)) if source is None else np.asarray(source)
+                values = self._take(pooled, np.asarray(rows), source)
+                for j, key in (keep or {}).items():
+                    self.kept[key] = {pool: block[j].copy() for pool, block in values.items()}
+                self._scatter(np.asarray(rows), lambda pool, k: values[pool][source[k]])
+            elif kind == "scattered_copies":
+                _, rows, keys = message
+                self._scatter(np.asarray(rows), lambda pool, k: self.kept[keys[k]][pool])
             else:
                 arrays, self.arrays = self.arrays, None
                 self._write(message[1], self.span, arrays)
         except BaseException as err:  # re-raised in the extraction loop
             self.error, self.stopping = err, True
 
-    def _scatter(self, rows: np.ndarray, pooled, source) -> None:
-        source = np.arange(len(rows)) if source is None else np.asarray(source)
-        values = self._take(pooled, np.asarray(rows), source)
-        shards = np.asarray(rows) // self.writer.shard_size
+    def _scatter(self, rows: np.ndarray, row_of) -> None:
+        """Store rows `rows` of any shards, the k-th from `row_of(pool, k)`; a shard complete with them is written."""
+        shards = rows // self.writer.shard_size
         for index in np.unique(shards).tolist():
             span = self.writer.shard_rows(index)
             if index not in self.open:
                 self.open[index] = (self._arrays(span), span[1] - span[0])
             arrays, missing = self.open[index]
-            at = shards == index
-            into, taken = (np.asarray(rows)[at] - span[0]).tolist(), source[at].tolist()
-            for pool, block in values.items():
-                target = arrays[pool]
-                for i, j in zip(into, taken):  # row by row: no batch-sized temporary (fresh pages) per batch
-                    target[i] = block[j]
-            missing -= int(at.sum())
+            at = np.flatnonzero(shards == index).tolist()
+            for pool, target in arrays.items():
+                for k in at:  # row by row: no batch-sized temporary (fresh pages) per batch
+                    target[rows[k] - span[0]] = row_of(pool, k)
+            missing -= len(at)
             self.open[index] = (arrays, missing)
             if missing == 0:
                 del self.open[index]

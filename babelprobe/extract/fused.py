@@ -9,11 +9,22 @@ pass at the hf backend's points (hooks that let the pass go on to the final norm
 to the background writer, which writes a shard once all its rows have come. Only the batching differs (direct
 scoring's length-sorted batches of distinct texts, recorded in the manifest's provenance), which moves the
 values by float rounding only (tests/test_fused.py bounds the difference).
+
+A text that recurs runs once over the whole pass, not only within a chunk (XCOMPS's acceptable sentence is in
+the pairs of all four negative types, which lie far apart in the items' order: in perf/workflow.py's XCOMPS-shaped
+items, chunks of 2,000 pairs ran 92,143 texts for 69,355 distinct ones at a quarter of XCOMPS, 456,163 for
+217,132 at the whole, where a language's kept rows take up to 2.5 GB at an 8B model's width). The capture plans each chunk as the scorer prepares it
+(`plan`, in chunk order): a text an earlier chunk ran and kept is not run again (its rows are copied into the
+store from the rows the background writer kept, bit for bit, and the scorer reuses its log-probs); a text that
+items of later chunks have too is kept while the kept rows fit `REPEAT_BYTES` (beyond it, it runs again where
+it recurs) and let go after the chunk that has its last items.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +44,16 @@ def can_fuse(out: str | Path, overwrite: bool) -> bool:
     filled by a fused pass; a store to reuse or resume is left to `extract`."""
     out = Path(out)
     return overwrite or not ((out / MANIFEST).exists() or any(out.glob("shard-*.h5")))
+
+
+@dataclass
+class ChunkRepeats:
+    """A chunk's texts that recur across chunks (`StoreCapture.plan`): `earlier` ran in an earlier chunk and are
+    copied, not run; `keep` run here and are kept for later chunks; `gone` are let go after this chunk."""
+
+    earlier: set
+    keep: set
+    gone: list
 
 
 class StoreCapture:
@@ -56,6 +77,10 @@ class StoreCapture:
         self.keys = items[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
         self.keys["n_tokens"] = np.full(len(items), -1, dtype=np.int32)  # filled as the texts are tokenised
         self.row = pd.Series(np.arange(len(items)), index=items["item_id"].to_numpy())
+        self.left = Counter(items["text"])  # each text's items in chunks not yet planned
+        self.kept: set = set()  # texts planned to be kept for later chunks, and not yet let go
+        self.n_tokens: dict[str, int] = {}  # a kept text's token count (its copies' key `n_tokens`)
+        self.copies = 0  # items filled from a text an earlier chunk ran
         provenance = {**(provenance or {}), "extract_settings": {**vars(settings)},
                       "fused": "pooled inside direct scoring's forward passes (its batches of distinct texts)"}
         self.writer = _writer(lm, items, out, self.layers, self.pools, "hf", settings.dtype, settings.on_overflow,
@@ -115,17 +140,48 @@ class StoreCapture:
                 self.handles.append(blocks[layer - 1].register_forward_hook(
                     lambda module, args, output, layer=layer: add(layer, hidden_of(output))))
 
-    def during(self, items: pd.DataFrame, plan):
-        """The per-batch capture for one chunk of `items` scored by `plan` (a `LogprobPlan` of their texts)."""
+    def plan(self, items: pd.DataFrame) -> ChunkRepeats:
+        """Which texts of this chunk of `items` an earlier chunk ran, and which to keep for later ones (module
+        docstring). Called for every chunk in order, before it runs (the scorer's prepare)."""
+        from babelprobe.extract import run
+
+        counts = Counter(items["text"])
+        earlier = {text for text in counts if text in self.kept}
+        self.left.subtract(counts)
+        gone = [text for text in earlier if self.left[text] == 0]
+        self.kept.difference_update(gone)
+        keep = set()
+        for text in counts:
+            if text not in earlier and self.left[text] > 0 and \
+                    (len(self.kept) + 1) * self.background.row_bytes <= run.REPEAT_BYTES:
+                self.kept.add(text)
+                keep.add(text)
+        return ChunkRepeats(earlier, keep, gone)
+
+    def during(self, items: pd.DataFrame, plan, repeats: ChunkRepeats | None = None):
+        """The per-batch capture for one chunk of `items` scored by `plan` (a `LogprobPlan` of their texts but
+        those of `repeats.earlier`, which are copied from the rows kept when they ran)."""
+        repeats = repeats or ChunkRepeats(set(), set(), [])
         texts = items["text"].tolist()
         rows_of_text: dict[str, list[int]] = {}
         for item_id, text in zip(items["item_id"], texts):
             rows_of_text.setdefault(text, []).append(int(self.row[item_id]))
         exclude_bos = self.lm.bos_policy == "bos"
         unique_rows = [rows_of_text[text] for text, _ in plan.unique]
+        for (text, _), enc in zip(plan.unique, plan.encodings):
+            if text in repeats.keep:
+                self.n_tokens[text] = len(enc.ids)
         filled = [(row, len(enc.ids)) for rows, enc in zip(unique_rows, plan.encodings) for row in rows]
+        copied = [(row, text) for text in sorted(repeats.earlier) for row in rows_of_text[text]]
+        filled += [(row, self.n_tokens[text]) for row, text in copied]
         column = self.keys.columns.get_loc("n_tokens")  # set before any of these rows reaches the writer
         self.keys.iloc[[r for r, _ in filled], column] = np.array([n for _, n in filled], dtype=np.int32)
+        if copied:
+            self.background.scattered_copies(np.array([r for r, _ in copied]), [text for _, text in copied])
+            self.copies += len(copied)
+        self.background.forget(repeats.gone)
+        for text in repeats.gone:
+            del self.n_tokens[text]
         batches = iter(plan.batches)
 
         @contextmanager
@@ -138,7 +194,8 @@ class StoreCapture:
             finally:
                 self.pooler = None
             rows = [(row, j) for j, i in enumerate(batch["rows"]) for row in unique_rows[i]]
+            keep = {j: plan.unique[i][0] for j, i in enumerate(batch["rows"]) if plan.unique[i][0] in repeats.keep}
             self.background.scattered(np.array([r for r, _ in rows]), pooler.result_async(self.background.encoding),
-                                      np.array([j for _, j in rows]))
+                                      np.array([j for _, j in rows]), keep)
 
         return capture

@@ -21,6 +21,7 @@ How a run goes:
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -43,8 +44,19 @@ from babelprobe.models import length_batches, pad_batch, pass_tokens, sync_free_
 from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
 
-# Host memory for the pooled rows of texts that recur in a later shard (`Repeats`): a text beyond it runs again.
-REPEAT_BYTES = 1 << 30
+
+def _host_memory() -> int:
+    """Bytes of physical memory (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+# Host memory for the pooled rows of texts that recur in a later shard or chunk (`Repeats`, `fused.StoreCapture`):
+# a text beyond it runs again. 1 GiB or a sixteenth of the host's memory: a whole XCOMPS language's acceptable
+# sentences at an 8B model's width (every layer, both poolings, bfloat16) take 2.5 GB (`fused.py`).
+REPEAT_BYTES = max(1 << 30, _host_memory() // 16)
 MEAN_POOLING = "masked mean over the text's tokens, BOS excluded (BOS alone if the text is only BOS)"
 LAST_POOLING = "state at the text's last token"
 
