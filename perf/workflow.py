@@ -7,11 +7,13 @@ a naive baseline, all measured in the same run.
     .venv/bin/python perf/workflow.py --shape llama-3.1-8b --pairs 135 --device simulated  # progress without a GPU
 
 Items: the 17 XCOMPS languages × 4 negative types × `--pairs` minimal pairs (`xcomps`: 3,592, the paper's
-244,256; `quarter`: 898). Each synthetic pair takes its two concepts from one pair of the bundled
-`xcomps-sample` in the same language and negative type and its property from another, so texts and prompts
-are the sample's in length and the pairs distinct (4,624 combinations per cell; for the seven XCOMPS languages
-the sample lacks, a sample language stands in). As in XCOMPS, a sentence recurs in pairs that share its concept
-and property: 9.3% of the item texts repeat one before them at `--pairs 135`, 44% at `quarter`. Speed does not depend on weight values, so the model is built from a
+244,256; `quarter`: 898). As in XCOMPS, a language's acceptable sentences (a concept and a property) are the
+same in its four negative types, each paired with that type's unacceptable concept: 37.5% of the item texts
+repeat one before them, at any size. Each synthetic acceptable sentence takes its concept from one pair of the
+bundled `xcomps-sample` in the same language and its property from another (4,624 combinations per language),
+so texts and prompts are the sample's in length and the pairs distinct. For the eight XCOMPS languages the
+sample lacks, a sample language stands in, its texts tagged with the language's code ("ar: ...") so that no
+text is another language's, as in XCOMPS. Speed does not depend on weight values, so the model is built from a
 config (`--shape`) with random weights; its vocabulary is the default tokenizer's (262k), about twice Llama's
 own 128k (`--tokenizer DIR` takes another tokenizer, or the default one's files copied to a machine without
 the gguf package). `--shape tiny` (the smoke run) has a 2,000-token BPE trained on the run's texts instead;
@@ -92,22 +94,27 @@ SHAPES = {  # Llama-style bodies; vocabulary = the default tokenizer's
 # ------------------------------------------------------------------------------------------------ inputs
 
 def synthetic_items(pairs: int, languages: tuple[str, ...], seed: int = 0) -> pd.DataFrame:
-    """`pairs` distinct minimal pairs per language × negative type: the concepts of one sample pair of that
-    cell with the property of another (module docstring), drawn without repeats while the cell has enough.
-    Built a cell at a time (a row at a time took 18 s for a quarter of XCOMPS, device time on a lent GPU)."""
+    """`pairs` distinct minimal pairs per language × negative type (module docstring): a language's acceptable
+    sentences, the concepts of one sample pair with the property of another, drawn without repeats while the
+    language has enough, are the same in its four negative types. Built a cell at a time (a row at a time took
+    18 s for a quarter of XCOMPS, device time on a lent GPU)."""
     sample = load_items("xcomps-sample")
     rng = np.random.default_rng(seed)
     known = sorted(sample["language"].unique())
     cells = []
     for lang in languages:
         donor = lang if lang in known else known[int(rng.integers(len(known)))]
-        for subset in SUBSETS:
+        n = int(((sample["language"] == donor) & (sample["subset"] == SUBSETS[0]) & (sample["label"] == 1)).sum())
+        concepts, prop = np.divmod(rng.choice(n * n, size=pairs, replace=pairs > n * n), n)
+        for subset in SUBSETS:  # the sample's pair k has the same acceptable sentence in every negative type
             cell = sample[(sample["language"] == donor) & (sample["subset"] == subset)]
             good = cell[cell["label"] == 1].set_index("pair_id")
             bad = cell[cell["label"] == 0].set_index("pair_id").loc[good.index]
-            n = len(good)
-            concepts, prop = np.divmod(rng.choice(n * n, size=pairs, replace=pairs > n * n), n)
-            cells.append(_cell_items(good, bad, concepts, good.iloc[prop], lang, subset))
+            items = _cell_items(good, bad, concepts, good.iloc[prop], lang, subset)
+            if donor != lang:  # a stand-in's texts are its own (XCOMPS shares none across languages)
+                items["text"] = f"{lang}: " + items["text"]
+                items["prefix"] = f"{lang}: " + items["prefix"]
+            cells.append(items)
     return pd.concat(cells, ignore_index=True)
 
 
@@ -517,8 +524,8 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
         device_s = best.device_seconds
         rows.append({
             "phase": name, "seconds": round(best.seconds, 3), "cpu_seconds": round(best.cpu_seconds, 3),
-            "host_ms_per_pair": round(1000 * best.cpu_seconds / n_pairs, 3),
-            "device_ms_per_pair": round(1000 * device_s / n_pairs, 3) if device_s == device_s else None,
+            "host_ms_per_pair": _figures(1000 * best.cpu_seconds / n_pairs),
+            "device_ms_per_pair": _figures(1000 * device_s / n_pairs) if device_s == device_s else None,
             "overlap": round(best.seconds / max(best.cpu_seconds, device_s), 3) if device_s == device_s else None,
             "queued_s": round(best.queued, 3) if best.queued == best.queued else None,
             "overlap_own_core": round((best.seconds - best.queued) / max(best.cpu_seconds, device_s), 3)
@@ -542,6 +549,11 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
     rows.append({"phase": "total", "seconds": round(total, 3), "flops": all_flops,
                  "mfu": round(all_flops / (total * rate), 3), "rounds": len(done)})
     return rows
+
+
+def _figures(value: float, digits: int = 4) -> float:
+    """`value` to `digits` significant figures (a tiny shape's device ms per pair is not 0)."""
+    return float(f"{value:.{digits}g}")
 
 
 def _median(values: list[float]) -> float:
