@@ -82,7 +82,7 @@ class DirectScorer:
     truncate: bool = False
     capture: object = None
     share_prefix: bool = True
-    kept: dict = field(default_factory=dict, init=False, repr=False)  # text -> log-probs kept for later chunks
+    kept: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # text: log-probs to reuse
 
     def __call__(self, items: pd.DataFrame) -> pd.DataFrame:
         return self.finish(self.run(self.prepare(items)))
