@@ -121,7 +121,8 @@ class BackgroundWriter:
     def scattered(self, rows, pooled, source=None, keep=None) -> None:
         """Rows of any shards, by store row (`rows`); `source[j]` is the pooled row that store row `rows[j]`
         takes (default: the j-th; a text scored once for several items fills each of their rows); `keep` as
-        `rows`'. A shard is written once all its rows have come (extraction fused into another pass, `fused.py`)."""
+        `rows`'. A shard is written once all its rows have come (extraction fused into another pass,
+        `fused.py`)."""
         self._put(("scattered", rows, pooled, source, keep))
 
     def scattered_copies(self, rows, keys) -> None:
@@ -234,7 +235,7 @@ class BackgroundWriter:
             self.error, self.stopping = err, True
 
     def _scatter(self, rows: np.ndarray, row_of) -> None:
-        """Store rows `rows` of any shards, the k-th from `row_of(pool, k)`; a shard complete with them is written."""
+        """Store rows `rows` of any shards, the k-th from `row_of(pool, k)`; a shard they complete is written."""
         shards = rows // self.writer.shard_size
         for index in np.unique(shards).tolist():
             span = self.writer.shard_rows(index)
