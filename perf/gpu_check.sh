@@ -11,7 +11,7 @@
 #   of it on 2026-11-27; the probe phase, 18 s per group then, is what the changes after that run address),
 #   then `floors` if 4 minutes are left.
 #   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
-#   and perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
+#   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
 #   layer 0 only: the current tree, then REV's, on the same warm GPU).
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
@@ -55,8 +55,9 @@ fi
 if [ "$STEP" = "before" ]; then
     REV="${2:?usage: bash perf/gpu_check.sh before REV}"
     rm -rf .gpu/before && mkdir -p .gpu/before
-    git archive "$REV" babelprobe perf | tar -x -C .gpu/before && echo "$REV" > .gpu/before/REV
-    echo "$(git rev-parse --short "$REV")'s babelprobe and perf in .gpu/before; carry .gpu, then: bash perf/gpu_check.sh ab"
+    # REV's babelprobe with this tree's perf/: both runs build the same items and take the same measures
+    git archive "$REV" babelprobe | tar -x -C .gpu/before && cp -r perf .gpu/before/ && echo "$REV" > .gpu/before/REV
+    echo "$(git rev-parse --short "$REV")'s babelprobe (and this tree's perf) in .gpu/before; carry .gpu, then: bash perf/gpu_check.sh ab"
     exit $?
 fi
 
