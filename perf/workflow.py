@@ -9,7 +9,8 @@ a naive baseline, all measured in the same run.
 Items: the 17 XCOMPS languages × 4 negative types × `--pairs` minimal pairs (`xcomps`: 3,592, the paper's
 244,256; `quarter`: 898). As in XCOMPS, a language's acceptable sentences (a concept and a property) are the
 same in its four negative types, each paired with that type's unacceptable concept: 37.5% of the item texts
-repeat one before them, at any size. Each synthetic acceptable sentence takes its concept from one pair of the
+repeat one before them, more where two types share an unacceptable concept (38% at `--pairs 135`, 43% at a
+quarter). Each synthetic acceptable sentence takes its concept from one pair of the
 bundled `xcomps-sample` in the same language and its property from another (4,624 combinations per language),
 so texts and prompts are the sample's in length and the pairs distinct. For the eight XCOMPS languages the
 sample lacks, a sample language stands in, its texts tagged with the language's code ("ar: ...") so that no

@@ -189,8 +189,9 @@ def test_zero_pairs_is_refused_before_any_work():
 
 
 def test_synthetic_pairs_are_distinct_and_sample_shaped():
-    """Every synthetic pair is new (no text repeats within a cell while the sample allows), is a valid item
-    set, and keeps the sample's way of joining concept and property (a text is prefix + join + continuation)."""
+    """Every synthetic pair is new (no pair repeats within a cell while the sample allows), is a valid item
+    set, keeps the sample's way of joining concept and property (a text is prefix + join + continuation) and
+    XCOMPS's sharing of acceptable sentences."""
     sys.path.insert(0, str(ROOT / "perf"))
     import workflow
 
@@ -204,6 +205,13 @@ def test_synthetic_pairs_are_distinct_and_sample_shaped():
              for row in sample.itertuples()}
     for row in items[items["language"] == "de"].itertuples():
         assert row.text == row.prefix + joins["de"] + row.continuation
+    # XCOMPS's structure: pair k of a language has one acceptable sentence in all four negative types, and no
+    # text is in two languages (a stand-in's are tagged with its code)
+    good = items[items["label"] == 1].groupby(["language", "subset"])["text"].apply(list)
+    for language in ("de", "zh", "ar"):
+        assert all(good[language, subset] == good[language, workflow.SUBSETS[0]] for subset in workflow.SUBSETS)
+    assert items.groupby("text")["language"].nunique().max() == 1
+    assert items[items["language"] == "ar"]["text"].str.startswith("ar: ").all()
     assert workflow.pair_count("xcomps") * 17 * 4 == 244_256
 
 
