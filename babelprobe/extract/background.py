@@ -209,12 +209,12 @@ class BackgroundWriter:
                 values = self._take(pooled, store_rows, taken)
                 for pool, block in values.items():
                     self.arrays[pool][rows] = block if source is None else block[taken]
-                for j, key in (keep or {}).items():
-                    self.kept[key] = {pool: block[j].copy() for pool, block in values.items()}
+                self._keep(values, keep)
             elif kind == "copied":
                 _, rows, keys = message
                 for pool, target in self.arrays.items():
-                    target[rows] = np.stack([self.kept[key][pool] for key in keys])
+                    for row, key in zip(rows, keys):
+                        target[row] = self.kept[key][pool]
             elif kind == "forget":
                 for key in message[1]:
                     del self.kept[key]
@@ -222,8 +222,7 @@ class BackgroundWriter:
                 _, rows, pooled, source, keep = message
                 source = np.arange(len(rows)) if source is None else np.asarray(source)
                 values = self._take(pooled, np.asarray(rows), source)
-                for j, key in (keep or {}).items():
-                    self.kept[key] = {pool: block[j].copy() for pool, block in values.items()}
+                self._keep(values, keep)
                 self._scatter(np.asarray(rows), lambda pool, k: values[pool][source[k]])
             elif kind == "scattered_copies":
                 _, rows, keys = message
@@ -233,6 +232,11 @@ class BackgroundWriter:
                 self._write(message[1], self.span, arrays)
         except BaseException as err:  # re-raised in the extraction loop
             self.error, self.stopping = err, True
+
+    def _keep(self, values: dict[str, np.ndarray], keep: dict | None) -> None:
+        """Keep pooled row j of `values` under key `keep[j]` for later copies (until `forget`)."""
+        for j, key in (keep or {}).items():
+            self.kept[key] = {pool: block[j].copy() for pool, block in values.items()}
 
     def _scatter(self, rows: np.ndarray, row_of) -> None:
         """Store rows `rows` of any shards, the k-th from `row_of(pool, k)`; a shard they complete is written."""

@@ -22,7 +22,6 @@ it recurs) and let go after the chunk that has its last items.
 
 from __future__ import annotations
 
-from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.extract.background import BackgroundWriter
 from babelprobe.extract.capture import Pooler
 from babelprobe.extract.layers import parse_layers
+from babelprobe.extract.run import KeptTexts
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import MANIFEST, store_lock
 
@@ -77,8 +77,8 @@ class StoreCapture:
         self.keys = items[["item_id", "pair_id", "language", "subset", "label"]].reset_index(drop=True)
         self.keys["n_tokens"] = np.full(len(items), -1, dtype=np.int32)  # filled as the texts are tokenised
         self.row = pd.Series(np.arange(len(items)), index=items["item_id"].to_numpy())
-        self.left = Counter(items["text"])  # each text's items in chunks not yet planned
-        self.kept: set = set()  # texts planned to be kept for later chunks, and not yet let go
+        self.texts = items["text"].tolist()
+        self.kept = None  # `run.KeptTexts` of the items' texts, once the writer's row size is known (`__enter__`)
         self.n_tokens: dict[str, int] = {}  # a kept text's token count (its copies' key `n_tokens`)
         self.copies = 0  # items filled from a text an earlier chunk ran
         provenance = {**(provenance or {}), "extract_settings": {**vars(settings)},
@@ -99,6 +99,7 @@ class StoreCapture:
             self.writer.prepare(overwrite=self.overwrite)
             self.background = BackgroundWriter(self.writer, self.keys, (len(self.layers), self.lm.d_model), [],
                                                update_manifest=True)
+            self.kept = KeptTexts(self.texts, self.background.row_bytes)
             self._hook()
         except BaseException:
             self.lock.__exit__(None, None, None)
@@ -143,20 +144,7 @@ class StoreCapture:
     def plan(self, items: pd.DataFrame) -> ChunkRepeats:
         """Which texts of this chunk of `items` an earlier chunk ran, and which to keep for later ones (module
         docstring). Called for every chunk in order, before it runs (the scorer's prepare)."""
-        from babelprobe.extract import run
-
-        counts = Counter(items["text"])
-        earlier = {text for text in counts if text in self.kept}
-        self.left.subtract(counts)
-        gone = [text for text in earlier if self.left[text] == 0]
-        self.kept.difference_update(gone)
-        keep = set()
-        for text in counts:
-            if text not in earlier and self.left[text] > 0 and \
-                    (len(self.kept) + 1) * self.background.row_bytes <= run.REPEAT_BYTES:
-                self.kept.add(text)
-                keep.add(text)
-        return ChunkRepeats(earlier, keep, gone)
+        return ChunkRepeats(*self.kept.plan(items["text"]))
 
     def during(self, items: pd.DataFrame, plan, repeats: ChunkRepeats | None = None):
         """The per-batch capture for one chunk of `items` scored by `plan` (a `LogprobPlan` of their texts but

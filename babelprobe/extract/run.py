@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -362,34 +363,55 @@ class ShardPlan:
     keep: dict[int, tuple]
 
 
+class KeptTexts:
+    """Which texts that recur are kept for later units of work (an extraction's shards, a fused pass's chunks),
+    given every key (a text, or its tokens) of every unit ahead, one entry per row. `plan(keys)`, called for the
+    units in order, says which of a unit's keys an earlier unit kept (`earlier`: copied, not run), which of the
+    others to keep because a later unit has them too, while the kept rows stay within `budget` bytes
+    (`REPEAT_BYTES`; beyond it a text runs again where it recurs), and which kept keys no later unit has (`gone`:
+    let go once copied). `len()` is the number kept now."""
+
+    def __init__(self, keys, row_bytes: int, budget: int | None = None):
+        self.left = Counter(keys)  # each key's rows in units not yet planned
+        self.held: set = set()
+        self.row_bytes, self.budget = row_bytes, REPEAT_BYTES if budget is None else budget
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def plan(self, keys) -> tuple[set, set, list]:
+        counts = Counter(keys)
+        earlier = {key for key in counts if key in self.held}
+        self.left.subtract(counts)
+        gone = [key for key in counts if key in earlier and self.left[key] == 0]
+        self.held.difference_update(gone)
+        keep = set()
+        for key in counts:
+            if key not in earlier and self.left[key] > 0 and (len(self.held) + 1) * self.row_bytes <= self.budget:
+                self.held.add(key)
+                keep.add(key)
+        return earlier, keep, gone
+
+
 class Repeats:
     """Which texts a process's shards run and which they copy. The same tokens give the same states, so a text
     that recurs (XCOMPS's acceptable sentence, once in each of its four negative types' pairs: 37.5% of the
     items) runs once: within a shard its pooled rows fill each of its rows; for a later shard the background
-    writer keeps them from the shard that ran it until the last shard that has it, while the kept rows stay
-    within `budget` bytes (`REPEAT_BYTES`); a text beyond that runs again where it recurs."""
+    writer keeps them from the shard that ran it until the last shard that has it (`KeptTexts`)."""
 
     def __init__(self, encodings, spans: list[tuple[int, int]], row_bytes: int, budget: int | None = None):
         self.keys = [[tuple(encodings[row].ids) for row in range(r0, r1)] for r0, r1 in spans]
-        self.last = {key: n for n, keys in enumerate(self.keys) for key in keys}  # the last shard with each
-        self.kept: set = set()
-        self.row_bytes, self.budget = row_bytes, REPEAT_BYTES if budget is None else budget
+        self.kept = KeptTexts((key for keys in self.keys for key in keys), row_bytes, budget)
 
     def shard(self, n: int) -> ShardPlan:
         """The n-th shard's plan; kept texts that no later shard has are let go once copied (`ShardPlan.gone`)."""
-        firsts, copies = repeated_texts(self.keys[n])
         keys = self.keys[n]
-        from_kept = {first for first in firsts if keys[first] in self.kept}
-        copied = {row: keys[first] for first in sorted(from_kept) for row in copies[first]}
-        gone = [keys[first] for first in sorted(from_kept) if self.last[keys[first]] == n]
-        self.kept.difference_update(gone)
-        firsts = [first for first in firsts if first not in from_kept]
-        keep = {}
-        for first in firsts:
-            if self.last[keys[first]] > n and (len(self.kept) + 1) * self.row_bytes <= self.budget:
-                self.kept.add(keys[first])
-                keep[first] = keys[first]
-        return ShardPlan(firsts, {first: copies[first] for first in firsts}, copied, gone, keep)
+        firsts, copies = repeated_texts(keys)
+        earlier, keep, gone = self.kept.plan(keys)
+        copied = {row: keys[first] for first in firsts if keys[first] in earlier for row in copies[first]}
+        firsts = [first for first in firsts if keys[first] not in earlier]
+        return ShardPlan(firsts, {first: copies[first] for first in firsts}, copied, gone,
+                         {first: keys[first] for first in firsts if keys[first] in keep})
 
 
 class ForwardClock:
