@@ -9,7 +9,14 @@ running the model phases again: perf/workflow.py's `--pairs 2` gives groups of 4
 the fits counts; XCOMPS's groups have 7,184. The replay keeps the recorded calls' activations in memory (the
 store's layers in float32).
 
+`--pairs P` (a number per cell, `quarter` or `xcomps`) needs no store: perf/workflow.py's XCOMPS-shaped items
+(68 groups of 4 × P items) with random activations of `--layers` × `--d-model` in memory (the acceptable items
+shifted, so that probes have something to find), read as an in-memory store is (no disk). A small width keeps the
+fits cheap, so the phase's own work at XCOMPS's group sizes (out-of-fold tables of millions of rows, bootstrap
+over thousands of pairs) shows as it does next to a GPU's fast fits.
+
     OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --acts runs/x/acts --repeat 3
+    OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --pairs quarter --layers 33 --d-model 16 --repeat 2
 """
 
 from __future__ import annotations
@@ -22,20 +29,22 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import floors  # noqa: E402
+from workflow import XCOMPS_LANGUAGES, pair_count, synthetic_items  # noqa: E402
 
 from babelprobe.comparison import CompareSettings  # noqa: E402
 from babelprobe.extract import open_store  # noqa: E402
 from babelprobe.probes import probe  # noqa: E402
-from babelprobe.probes.source import group_rows, usable_keys  # noqa: E402
+from babelprobe.probes.source import ArrayStore, group_rows, usable_keys  # noqa: E402
 
 
-def one_round(acts: Path, settings, fits: floors.FitCalls, out: Path) -> dict:
+def one_round(acts, settings, fits: floors.FitCalls, out: Path) -> dict:
     """The phase once (the sweep, then its result written), its solver calls recorded; then their replay."""
     fits.calls.clear()
     fits.recording = True
@@ -49,28 +58,44 @@ def one_round(acts: Path, settings, fits: floors.FitCalls, out: Path) -> dict:
     return {"phase": done - start, "sweep": swept - start, "write": done - swept, "replay": replay}
 
 
+def synthetic_store(pairs: int, layers: int, d_model: int, seed: int = 0) -> ArrayStore:
+    """perf/workflow.py's items (17 languages × 4 negative types × `pairs`) with random activations in memory."""
+    keys = synthetic_items(pairs, XCOMPS_LANGUAGES, seed=seed)[["item_id", "pair_id", "language", "subset", "label"]]
+    keys = keys.reset_index(drop=True)
+    values = np.random.default_rng(seed).normal(size=(len(keys), layers, d_model)).astype(np.float32)
+    values[keys["label"].to_numpy() == 1] += 0.3
+    return ArrayStore(keys, last=values, n_layers=layers - 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--acts", required=True, type=Path, help="an activation store directory")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--acts", type=Path, help="an activation store directory")
+    source.add_argument("--pairs", type=pair_count, help="no store: XCOMPS-shaped items, P pairs per cell "
+                        "(a number, quarter or xcomps), random activations in memory")
+    parser.add_argument("--layers", type=int, default=33, help="--pairs: layers stored (8B: 33)")
+    parser.add_argument("--d-model", type=int, default=16, help="--pairs: width of the random activations")
     parser.add_argument("--folds", type=int, default=5, help="compare's folds (XCOMPS: 5)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (the first also warms up)")
     parser.add_argument("--tmp", type=Path, default=None, help="where the results are written (a temporary folder)")
     args = parser.parse_args(argv)
-    if not (args.acts / "manifest.json").exists():
+    if args.acts and not (args.acts / "manifest.json").exists():
         parser.error(f"--acts {args.acts}: no activation store there (no manifest.json)")
     if args.tmp and not args.tmp.is_dir():
         parser.error(f"--tmp {args.tmp}: no such directory")
-    store = open_store(args.acts)
+    if args.pairs is not None and (args.pairs < 1 or args.layers < 1 or args.d_model < 1):
+        parser.error(f"--pairs {args.pairs}, --layers {args.layers}, --d-model {args.d_model}: each at least 1")
+    store = open_store(args.acts) if args.acts else synthetic_store(args.pairs, args.layers, args.d_model)
     settings = replace(CompareSettings().probe, folds=args.folds)
     sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
-    print(f"{args.acts}: {len(store)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
+    print(f"{args.acts or 'synthetic'}: {len(store.keys)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
           f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, {torch.get_num_threads()} thread(s)")
     print("| round | phase s | sweep s | write s | replay s (floor) | floor/phase |")
     print("|---|---|---|---|---|---|")
     ratios = []
     with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         for k in range(args.repeat):
-            seconds = one_round(args.acts, settings, fits, Path(tmp))
+            seconds = one_round(args.acts or store, settings, fits, Path(tmp))
             ratios.append(seconds["replay"] / seconds["phase"])
             print(f"| {k + 1} | {seconds['phase']:.3f} | {seconds['sweep']:.3f} | {seconds['write']:.3f} | "
                   f"{seconds['replay']:.3f} | {ratios[-1]:.3f} |", flush=True)

@@ -301,3 +301,11 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     no_tmp = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
                              "--tmp", str(tmp_path / "absent")], capture_output=True, text=True, cwd=ROOT)
     assert no_tmp.returncode == 2 and "--tmp" in no_tmp.stderr and "no such directory" in no_tmp.stderr
+    # without a store: XCOMPS-shaped items (17 languages × 4 types × 2 pairs) with random activations
+    synthetic = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
+                                "--d-model", "4", "--folds", "2", "--repeat", "1"], capture_output=True, text=True, cwd=ROOT)
+    assert synthetic.returncode == 0, synthetic.stderr[-2000:]
+    assert synthetic.stdout.startswith("synthetic: 272 items, 68 groups of 4–4 items, 2 layers × 4, 2 folds, ")
+    both = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
+                           "--pairs", "2"], capture_output=True, text=True, cwd=ROOT)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

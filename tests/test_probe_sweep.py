@@ -109,6 +109,26 @@ def test_table_contract_out_of_fold_scores_and_pairs(small):
         result.pair_scores(layer=5)
 
 
+def test_out_of_fold_rows_carry_their_items_keys(small):
+    """Each out-of-fold row's key columns are its own item's, whatever the order of the store's rows (groups
+    interleaved) and whether the keys are Arrow strings or Python objects; every item once per layer."""
+    keys, X, _ = small
+    order = np.random.default_rng(0).permutation(len(keys))
+    mixed = keys.iloc[order].reset_index(drop=True)
+    as_objects = mixed.astype({column: object for column in ("item_id", "pair_id", "language", "subset")})
+    truth = keys.set_index("item_id")
+    for frame in (mixed, as_objects):
+        oof = run_probes(ArrayStore(frame, last=X[order]), layers="0,3", n_boot=0).oof
+        assert list(oof.columns) == ["method", "item_id", "pair_id", "language", "subset", "label", "layer", "fold",
+                                     "score"]
+        assert (oof["method"] == "neuro").all() and oof["item_id"].dtype == pd.Series(["x"]).dtype
+        for layer in (0, 3):
+            assert sorted(oof.loc[oof["layer"] == layer, "item_id"]) == sorted(keys["item_id"])
+        expected = truth.loc[oof["item_id"]]
+        for column in ("pair_id", "language", "subset", "label"):
+            assert (oof[column].to_numpy() == expected[column].to_numpy()).all(), column
+
+
 def test_controls_and_selectivity(small):
     keys, X, path = small
     result = run_probes(path, layers=[0, 4], controls="all", items=keys, n_boot=0)

@@ -30,23 +30,21 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     _, pair_of = np.unique(pair_ids, return_inverse=True)
     n_pairs = pair_of.max() + 1
     counts = rng.multinomial(n_pairs, np.full(n_pairs, 1 / n_pairs), size=n_boot)  # [B, pairs]
-    n_layers = len(pred)
     truth, p = (labels == 1)[:, None], pred.T.astype(float)  # p: [n, L]
-    # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator
-    terms = np.concatenate([2 * truth * p, truth + p], axis=1)  # [n, 2L]
-    # the folds side by side, each padded with zeros to the largest, so that one batched product sums them all
-    # (the weights are counts and the terms small integers: every sum is exact, whatever its order)
-    order = np.argsort(fold, kind="stable")
-    sizes = np.bincount(fold, minlength=n_folds)
-    at = np.arange(len(fold)) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # each sorted item's place in its fold
-    weight = np.zeros((n_folds, n_boot, sizes.max()))
-    weight[fold[order], :, at] = counts[:, pair_of[order]].T
-    design = np.zeros((n_folds, sizes.max(), 2 * n_layers))
-    design[fold[order], at] = terms[order]
-    numerator, denominator = weight @ design[..., :n_layers], weight @ design[..., n_layers:]  # [folds, B, L]
+    # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator;
+    # a fold's sums over its items, weighted by how often their pair was drawn, are one product per fold
+    # (counts and terms are small integers: every sum is exact, whatever its order)
+    numerator_terms, denominator_terms = 2 * truth * p, truth + p  # [n, L]
+    drawn = counts.astype(float)
+    numerator, denominator = (np.empty((n_folds, n_boot, len(pred))) for _ in range(2))
+    for k in range(n_folds):
+        held = fold == k
+        weights = drawn[:, pair_of[held]]
+        np.matmul(weights, numerator_terms[held], out=numerator[k])
+        np.matmul(weights, denominator_terms[held], out=denominator[k])
     # a denominator of 0 has a numerator of 0 (F1 0, sklearn's zero_division); any other is at least 1
-    f1 = numerator / np.maximum(denominator, 1)
-    used = (denominator > 0).sum(0)  # a fold without weight (or nothing to score) in a replicate is left out
+    f1 = np.divide(numerator, np.maximum(denominator, 1), out=numerator)
+    used = np.count_nonzero(denominator, axis=0)  # a fold without weight (or nothing to score) is left out
     with np.errstate(all="ignore"):
         return np.where(used > 0, f1.sum(0) / used, np.nan)
 

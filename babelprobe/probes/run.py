@@ -162,7 +162,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
         rows = {column: values[at] for column, values in columns.items()}  # numpy: pandas costs more than a fit
         result = _group_columns(read, rows, layer_list, store.d_model, name=name,
                                 concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
-        return _label_group(result, by, key)
+        return {**_label_group(result, by, key), "at": at}
 
     parts = map_groups(one_group, groups, workers, progress)
     record = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
@@ -177,7 +177,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
     # every group's columns joined once (a table per group and a concatenation cost more than the fits on small groups)
     table = _with_settings(_frame([p["table"] for p in parts]), record)
     out = ProbeResult(table=table, folds=_with_settings(_frame([p["folds"] for p in parts]), record),
-                      oof=_frame([p["oof"] for p in parts]),
+                      oof=_oof_frame(keys, [(p["at"], p["oof"]) for p in parts]),
                       peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), record),
                       settings=record, probes=_probes(parts, groups, by, layer_list, record))
     if settings.transfer:
@@ -254,7 +254,9 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, **opt
     (keyword-only): name, n_folds, fold_scheme, seed, Cs, inner_folds, controls, concepts, n_boot, n_layers,
     memory_gb, fit (see `probe`)."""
     out = _group_columns(read, keys, layers, d_model, **options)
-    return {**out, **{name: _frame([out[name]]) for name in ("table", "folds", "oof")}}
+    keys = pd.DataFrame(keys).reset_index(drop=True)
+    return {**out, **{name: _frame([out[name]]) for name in ("table", "folds")},
+            "oof": _oof_frame(keys, [(np.arange(len(keys)), out["oof"])])}
 
 
 def _group_columns(read, keys, layers: list[int], d_model: int, *, name: str, n_folds: int,
@@ -315,7 +317,7 @@ def _group_columns(read, keys, layers: list[int], d_model: int, *, name: str, n_
         replicates = np.full((1, L), np.nan)
     return {"table": _layer_rows(layers, n_layers, labels, pair_ids, main, extra, chosen, replicates),
             "folds": _fold_rows(layers, main, extra, chosen, train),
-            "oof": _oof_rows(keys, layers, fold, oof),
+            "oof": _oof_rows(layers, fold, oof),
             "peak": _peak_row(layers, n_layers, main, replicates, n, pair_ids), "probe": kept}
 
 
@@ -371,14 +373,34 @@ def _fold_rows(layers, main, extra, chosen, train) -> dict:
     return rows
 
 
-def _oof_rows(keys, layers, fold, oof) -> dict:
+def _oof_rows(layers, fold, oof) -> dict:
+    """The group's out-of-fold scores, item by layer; `row`: the item's place in the group's keys."""
     n, L = len(fold), len(layers)
-    rows = {"method": "neuro"}
+    return {"row": np.tile(np.arange(n), L), "layer": np.repeat(np.asarray(layers, dtype=np.int64), n),
+            "fold": np.tile(fold, L), "score": oof.ravel()}
+
+
+def _oof_frame(keys: pd.DataFrame, parts: list[tuple[np.ndarray, dict]]) -> pd.DataFrame:
+    """The out-of-fold table of the groups' `_oof_rows` (each with its items' places in `keys`), the key
+    columns taken from `keys` at once: a string column built from Python strings, one per item × layer, took
+    longer than the fits at XCOMPS's size (4 million rows a quarter)."""
+    if not parts:
+        return pd.DataFrame()
+    place = np.concatenate([at[oof["row"]] for at, oof in parts])
+    columns = {"method": _taken(pd.Series(["neuro"]), np.zeros(len(place), dtype=np.intp))}
     for column in ("item_id", "pair_id", "language", "subset", "label"):
-        rows[column] = np.tile(np.asarray(keys[column]), L)
-    rows.update({"layer": np.repeat(np.asarray(layers, dtype=np.int64), n), "fold": np.tile(fold, L),
-                 "score": oof.ravel()})
-    return rows
+        columns[column] = _taken(keys[column], place)
+    for column in ("layer", "fold", "score"):
+        columns[column] = np.concatenate([oof[column] for _, oof in parts])
+    return pd.DataFrame(columns)
+
+
+def _taken(column: pd.Series, place: np.ndarray):
+    """`column`'s values at `place`: an extension array's own take (a string column's stays in Arrow), a numpy
+    column's as numpy values (the frame then infers their dtype as it does for any numpy column)."""
+    if isinstance(column.dtype, np.dtype):
+        return column.to_numpy()[place]
+    return column.array.take(place)
 
 
 def _peak_row(layers, n_layers, main, replicates, n, pair_ids) -> dict:
