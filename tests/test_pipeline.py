@@ -101,3 +101,35 @@ def test_threads_switch_often_while_it_runs_and_as_before_after_it():
     with pytest.raises(ValueError, match="run failed"):
         pipelined([1], lambda c: c, fails, lambda c: c)
     assert sys.getswitchinterval() == before
+
+
+def test_the_heap_is_frozen_while_it_runs_and_thawed_after_it():
+    """The objects alive at the start are out of the collector's passes while a pipeline (or an outer block)
+    runs, garbage made inside is still collected, and the heap is thawed when the outermost block ends, after an
+    error too."""
+    import gc
+
+    from babelprobe.pipeline import frozen_heap
+
+    assert gc.get_freeze_count() == 0
+    alive = [[k] for k in range(1000)]  # tracked containers alive before the block
+
+    def run(chunk):
+        cycle = [chunk]
+        cycle.append(cycle)  # garbage that only the collector frees
+        del cycle
+        return gc.get_freeze_count(), gc.collect()
+
+    with frozen_heap():
+        frozen = gc.get_freeze_count()
+        inner = pipelined([1, 2], lambda c: c, run, lambda c: c)  # a block inside: it leaves the heap frozen
+        assert gc.get_freeze_count() == frozen >= len(alive)
+    assert all(count == frozen for count, _ in inner) and all(collected >= 1 for _, collected in inner)
+    assert gc.get_freeze_count() == 0
+
+    def fails(chunk):
+        raise ValueError("run failed")
+
+    with pytest.raises(ValueError, match="run failed"):
+        pipelined([1], lambda c: c, fails, lambda c: c)
+    assert gc.get_freeze_count() == 0 and len(alive) == 1000

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import parse_layers
 from babelprobe.inputs import check_input
+from babelprobe.pipeline import frozen_heap
 from babelprobe.probes.controls import (
     concept_labels,
     concepts_for,
@@ -164,7 +165,8 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
                                 concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
         return {**_label_group(result, by, key), "at": at}
 
-    parts = map_groups(one_group, groups, workers, progress)
+    with frozen_heap():  # each group makes tables: no full collector pass over what was loaded before (the model)
+        parts = map_groups(one_group, groups, workers, progress)
     record = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
               "fold_scheme": settings.fold_scheme, "folds": settings.folds, "seed": settings.seed,
               "inner_folds": settings.inner_folds, "controls": list(control_names), "n_boot": settings.n_boot,
