@@ -203,9 +203,47 @@ def _in_place(self, *args, **kwargs):
     return self if isinstance(self, SimTensor) else None
 
 
+def _slice(self, dim=0, start=None, end=None, step=1):
+    """A view of every `step`-th index in [start, end) of `dim` (Python's clamping), the parent's strides."""
+    dim = dim % self.dim()
+    shape, strides = list(self.shape), list(self.stride())
+    shape[dim] = len(range(*slice(start, end, step).indices(shape[dim])))
+    strides[dim] *= step
+    return SimTensor(torch.empty_strided(shape, strides, dtype=self.dtype, device="meta"))
+
+
+def _sub(self, other, *, alpha=1):
+    """Elementwise difference of contiguous operands (broadcast, dtypes promoted); others go to the meta rule,
+    which also lays the result out after a permuted operand."""
+    tensors = [t for t in (self, other) if isinstance(t, torch.Tensor)]
+    if not all(t.is_contiguous() for t in tensors):
+        return None
+    dtype = torch.result_type(_to_meta(self), _to_meta(other))
+    return empty(*torch.broadcast_shapes(*(t.shape for t in tensors)), dtype=dtype)
+
+
+def _reduced_shape(self, dim, keepdim: bool) -> list[int]:
+    dims = range(self.dim()) if dim is None or len(dim) == 0 else [d % self.dim() for d in dim]
+    return [1 if j in dims else n for j, n in enumerate(self.shape) if keepdim or j not in dims]
+
+
+def _amax(self, dim=(), keepdim=False):
+    return empty(*_reduced_shape(self, dim, keepdim), dtype=self.dtype) if self.is_contiguous() else None
+
+
+def _sum(self, dim=None, keepdim=False, *, dtype=None):
+    if not self.is_contiguous():
+        return None
+    if dtype is None:  # integers and flags sum in int64, as torch does
+        dtype = self.dtype if self.dtype.is_floating_point or self.dtype.is_complex else torch.int64
+    return empty(*_reduced_shape(self, dim, keepdim), dtype=dtype)
+
+
 SHAPE_RULES = {aten.index.Tensor: _index, aten.cat.default: _cat, aten.index_put_.default: _in_place,
                aten.stack.default: _stack, aten.unbind.int: _unbind, aten.exp_.default: _in_place,
-               aten.log_.default: _in_place, aten.sub_.Tensor: _in_place, aten.add_.Tensor: _in_place}
+               aten.log_.default: _in_place, aten.sub_.Tensor: _in_place, aten.add_.Tensor: _in_place,
+               aten.slice.Tensor: _slice, aten.sub.Tensor: _sub, aten.amax.default: _amax,
+               aten.sum.dim_IntList: _sum}
 
 
 def empty(*shape: int, dtype=torch.float32) -> SimTensor:

@@ -363,11 +363,13 @@ def simulate_gpu_batching() -> None:
 
 
 def warm_up(lm) -> None:
-    """One short forward and the scored tokens' log-probs, and one tiny probe fit on folds, before anything
-    is timed: first-call costs of the process belong to no phase (the kernels' set-up; on the simulated
-    device, the first log-normaliser imports torch._dynamo; the first folds import scikit-learn's
-    model_selection, 0.4 s that the probe phase of the first round would otherwise pay and its replayed
-    floor not)."""
+    """One short forward and the scored tokens' log-probs, one tiny prefix tree (a shared prefix, then two
+    texts after it: the KV cache's path), and one tiny probe fit on folds, before anything is timed: first-call
+    costs of the process belong to no phase (the kernels' set-up; on the simulated device, the first
+    log-normaliser imports torch._dynamo and the cache's first operators cost 0.5 s of the first meta chunk; the
+    first folds import scikit-learn's model_selection, 0.4 s that the probe phase of the first round would
+    otherwise pay and its replayed floor not)."""
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
     from babelprobe.probes.folds import make_folds
     from babelprobe.probes.solvers import fit_predict
 
@@ -376,6 +378,8 @@ def warm_up(lm) -> None:
         batch = pad_batch(encodings, lm.pad_token_id, "right", lm.device)
         hidden = lm.parts.body(**batch, use_cache=False).last_hidden_state
         logprobs_of_states(lm, hidden[0, :2], batch["input_ids"][0, 1:3])
+    shared = "warm up " * 8
+    shared_prefix_logprobs(lm, [shared + "a dog", shared + "the cats"], [len(shared)] * 2, progress=False)
     labels = np.tile([0, 1], 4)
     fold = make_folds(labels, np.repeat(np.arange(4), 2), n_folds=2)
     fit_predict(np.random.default_rng(0).normal(size=(8, 2, 4)), labels[None], (fold != 0)[None])

@@ -309,3 +309,29 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     both = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
                            "--pairs", "2"], capture_output=True, text=True, cwd=ROOT)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_the_simulated_devices_shape_rules_agree_with_the_meta_devices():
+    """perf/simulated.py works out the hot operations' shapes itself (the meta device's own rules run in Python
+    and cost 40–400 µs a call, far more than a kernel launch); each gives the shape and dtype the meta device
+    gives, and a slice its strides too, and leaves a permuted operand to the meta device's own rule."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import simulated
+
+    aten = torch.ops.aten
+    x, flags = torch.empty(3, 4, 5, 6, device="meta"), torch.empty(3, 5, dtype=torch.bool, device="meta")
+    half = torch.empty(4, 5, 6, dtype=torch.bfloat16, device="meta")
+    cases = [(aten.slice.Tensor, (x, 2, 1, None)), (aten.slice.Tensor, (x, -1, -4, 100, 2)),
+             (aten.slice.Tensor, (x, 0, 5, 2)), (aten.slice.Tensor, (x.permute(0, 2, 1, 3), 1, 0, 3)),
+             (aten.sub.Tensor, (x, half)), (aten.sub.Tensor, (half, 2.5)),
+             (aten.sub.Tensor, (torch.empty(3, 1, 5, 6, dtype=torch.float64, device="meta"), x)),
+             (aten.amax.default, (x, [-1], True)), (aten.amax.default, (x, [1, 2])), (aten.amax.default, (x,)),
+             (aten.sum.dim_IntList, (x, [0])), (aten.sum.dim_IntList, (flags, [-1])),
+             (aten.sum.dim_IntList, (half, None, True))]
+    for func, args in cases:
+        expected = func(*args)
+        got = simulated.SHAPE_RULES[func](*(simulated.SimTensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+        assert (got.shape, got.dtype) == (expected.shape, expected.dtype), (func, args[1:])
+        if func is aten.slice.Tensor:
+            assert got.stride() == expected.stride(), args[1:]
+    assert simulated.SHAPE_RULES[aten.sub.Tensor](simulated.SimTensor(x.permute(3, 2, 1, 0)), 1.0) is None
