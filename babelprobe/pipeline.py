@@ -53,19 +53,26 @@ def switching(interval: float = SWITCH_INTERVAL):
         sys.setswitchinterval(previous)
 
 
-_FROZEN = {"depth": 0, "lock": threading.Lock()}
+_FROZEN = {"depth": 0, "lock": threading.Lock(), "thresholds": (700, 10, 10)}
+FULL_PASS_EVERY = 100  # young passes between full ones while the heap is frozen (Python's default: 10)
 
 
 @contextmanager
 def frozen_heap():
     """The objects alive when the block starts left out of the garbage collector's passes inside it (`gc.freeze`,
-    undone at the end, outermost block only). A full pass stops every thread while it walks all tracked objects:
-    with a model, a tokenizer and a run's items loaded that took 0.3-0.5 s each, 3 of them in meta scoring's 16 s
-    on perf/simulated.py's 8B stand-in, with the device idle (vLLM and SGLang freeze their heap after warm-up for
-    the same reason)."""
+    undone at the end, outermost block only), and full passes over the rest rarer (`FULL_PASS_EVERY`). A full
+    pass stops every thread while it walks the tracked objects: with a model, a tokenizer and a run's items
+    loaded that took 0.3-0.5 s each, 20 of them in meta scoring's 32 s at a quarter of XCOMPS on
+    perf/simulated.py's 1B stand-in, the device idle (vLLM and SGLang freeze their heap after warm-up for the same
+    reason). Frozen, a full pass walks only what the run made (the chunks in flight: ~66,000 objects, mostly
+    their encodings) but came 4 times a chunk, since a full pass is due when a quarter as many objects as it
+    walked last time have outlived the young passes."""
     with _FROZEN["lock"]:
         if _FROZEN["depth"] == 0:
+            _FROZEN["thresholds"] = gc.get_threshold()
+            young, middle, full = _FROZEN["thresholds"]
             gc.freeze()
+            gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
         _FROZEN["depth"] += 1
     try:
         yield
@@ -73,6 +80,7 @@ def frozen_heap():
         with _FROZEN["lock"]:
             _FROZEN["depth"] -= 1
             if _FROZEN["depth"] == 0:
+                gc.set_threshold(*_FROZEN["thresholds"])
                 gc.unfreeze()
 
 

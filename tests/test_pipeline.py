@@ -105,13 +105,14 @@ def test_threads_switch_often_while_it_runs_and_as_before_after_it():
 
 def test_the_heap_is_frozen_while_it_runs_and_thawed_after_it():
     """The objects alive at the start are out of the collector's passes while a pipeline (or an outer block)
-    runs, garbage made inside is still collected, and the heap is thawed when the outermost block ends, after an
-    error too."""
+    runs and full passes come rarer, garbage made inside is still collected, and the heap is thawed and the
+    collector's thresholds restored when the outermost block ends, after an error too."""
     import gc
 
-    from babelprobe.pipeline import frozen_heap
+    from babelprobe.pipeline import FULL_PASS_EVERY, frozen_heap
 
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     alive = [[k] for k in range(1000)]  # tracked containers alive before the block
 
     def run(chunk):
@@ -122,14 +123,15 @@ def test_the_heap_is_frozen_while_it_runs_and_thawed_after_it():
 
     with frozen_heap():
         frozen = gc.get_freeze_count()
+        assert gc.get_threshold() == (*thresholds[:2], max(thresholds[2], FULL_PASS_EVERY))  # full passes rarer
         inner = pipelined([1, 2], lambda c: c, run, lambda c: c)  # a block inside: it leaves the heap frozen
         assert gc.get_freeze_count() == frozen >= len(alive)
     assert all(count == frozen for count, _ in inner) and all(collected >= 1 for _, collected in inner)
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
     def fails(chunk):
         raise ValueError("run failed")
 
     with pytest.raises(ValueError, match="run failed"):
         pipelined([1], lambda c: c, fails, lambda c: c)
-    assert gc.get_freeze_count() == 0 and len(alive) == 1000
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds and len(alive) == 1000
