@@ -54,7 +54,7 @@ def switching(interval: float = SWITCH_INTERVAL):
 
 
 _FROZEN = {"depth": 0, "lock": threading.Lock(), "thresholds": (700, 10, 10)}
-FULL_PASS_EVERY = 100  # young passes between full ones while the heap is frozen (Python's default: 10)
+FULL_PASS_EVERY = 100  # middle-generation passes before a full one is considered, while frozen (Python: 10)
 
 
 @contextmanager
