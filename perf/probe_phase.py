@@ -9,9 +9,9 @@ running the model phases again: perf/workflow.py's `--pairs 2` gives groups of 4
 the fits counts; XCOMPS's groups have 7,184. The replay keeps the recorded calls' activations in memory (the
 store's layers in float32).
 
-`--pairs P` (a number per cell, `quarter` or `xcomps`) needs no store: perf/workflow.py's XCOMPS-shaped items
-(68 groups of 4 × P items) with random activations of `--layers` × `--d-model` in memory (the acceptable items
-shifted, so that probes have something to find), read as an in-memory store is (no disk). A small width keeps the
+`--pairs P` (a number per cell, `quarter` or `xcomps`) needs no store: XCOMPS's groups (68 of 2 × P items, the
+17 languages × 4 negative types) of `bp.synthetic_activations` (minimal pairs with a planted acceptability
+direction) at `--layers` × `--d-model`, in memory, read as an in-memory store is (no disk). A small width keeps the
 fits cheap, so the phase's own work at XCOMPS's group sizes (out-of-fold tables of millions of rows, bootstrap
 over thousands of pairs) shows as it does next to a GPU's fast fits.
 
@@ -29,18 +29,17 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import floors  # noqa: E402
-from workflow import XCOMPS_LANGUAGES, pair_count, synthetic_items  # noqa: E402
+from workflow import SUBSETS, XCOMPS_LANGUAGES, pair_count  # noqa: E402
 
 from babelprobe.comparison import CompareSettings  # noqa: E402
 from babelprobe.extract import open_store  # noqa: E402
-from babelprobe.probes import probe  # noqa: E402
+from babelprobe.probes import probe, synthetic_activations  # noqa: E402
 from babelprobe.probes.source import ArrayStore, group_rows, usable_keys  # noqa: E402
 
 
@@ -59,11 +58,9 @@ def one_round(acts, settings, fits: floors.FitCalls, out: Path) -> dict:
 
 
 def synthetic_store(pairs: int, layers: int, d_model: int, seed: int = 0) -> ArrayStore:
-    """perf/workflow.py's items (17 languages × 4 negative types × `pairs`) with random activations in memory."""
-    keys = synthetic_items(pairs, XCOMPS_LANGUAGES, seed=seed)[["item_id", "pair_id", "language", "subset", "label"]]
-    keys = keys.reset_index(drop=True)
-    values = np.random.default_rng(seed).normal(size=(len(keys), layers, d_model)).astype(np.float32)
-    values[keys["label"].to_numpy() == 1] += 0.3
+    """XCOMPS's groups (17 languages × 4 negative types × `pairs` pairs) of `bp.synthetic_activations`, in memory."""
+    keys, values = synthetic_activations(n_pairs=pairs, n_layers=layers - 1, d_model=d_model,
+                                         languages=XCOMPS_LANGUAGES, subsets=SUBSETS, seed=seed)
     return ArrayStore(keys, last=values, n_layers=layers - 1)
 
 
