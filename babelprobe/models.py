@@ -721,12 +721,40 @@ def _register_sync_free_sdpa() -> None:
         kwargs["allow_is_causal_skip"] = False  # the skip's test is the device read
         return sdpa_mask(*args, **kwargs)
 
-    def sdpa_without_cudnn(*args, **kwargs):
+    def sdpa_without_cudnn(module, query, key, value, attention_mask, **kwargs):
         with without_cudnn_attention():
-            return sdpa_attention_forward(*args, **kwargs)
+            packed = packed_gqa_attention(module, query, key, value, attention_mask, **kwargs)
+            if packed is not None:
+                return packed, None
+            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
     AttentionInterface.register(SYNC_FREE_SDPA, sdpa_without_cudnn)
     AttentionMaskInterface.register(SYNC_FREE_SDPA, always_built)
+
+
+def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                         is_causal=None, **kwargs):
+    """Masked grouped-query attention without copying keys and values once per query head: the G query heads
+    that share a key/value head are stacked along the query axis (FlashAttention-3's "pack GQA"; transformers
+    does the same for a single query token, `pack_gqa`), the mask repeated G times along it. transformers'
+    SDPA instead repeats every key and value G times (`repeat_kv`) when a mask is given, since torch's masked
+    kernels on CUDA take no `enable_gqa`: a copy of the whole past per layer, G times over. On an H200 (meta at
+    the 8B shape, 2026-11-28, perf/gpu_check.sh profiles) strided copies took 14% of the device time.
+    Each query row attends over the same keys with the same mask row either way. The output as transformers'
+    ([batch, tokens, heads, head_dim]), or None where this does not apply (no groups, no mask or one per
+    head, dropout, a position bias or a soft cap): then transformers' own SDPA runs."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (groups == 1 or attention_mask is None or attention_mask.dim() != 4 or attention_mask.shape[1] != 1 or dropout
+            or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
+            or query.shape[1] != key.shape[1] * groups or attention_mask.shape[2] not in (1, query.shape[2])):
+        return None
+    batch, heads, length, _ = query.shape
+    packed = query.reshape(batch, heads // groups, groups * length, query.shape[-1])  # row g * length + i
+    mask = attention_mask
+    if mask.shape[2] > 1:  # a row per query: the same rows for each of the G heads (one row broadcasts as it is)
+        mask = mask[:, :, None].expand(-1, -1, groups, -1, -1).reshape(mask.shape[0], 1, groups * length, -1)
+    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(batch, heads, length, value.shape[-1]).transpose(1, 2).contiguous()
 
 
 @contextmanager

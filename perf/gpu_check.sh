@@ -10,6 +10,11 @@
 #   in a call of S seconds). For the next session: `quarter` first (LIMIT=585: direct took 63 s and meta 156 s
 #   of it on 2026-11-27; the probe phase, 18 s per group then, is what the changes after that run address),
 #   then `floors` if 4 minutes are left.
+#   `profiles`: both model phases under torch's profiler at 2,040 pairs (~2.5 min; each trace's gaps and the device
+#   time by launching operator in meta-trace.json.gz.txt and direct-trace.json.gz.txt); delete the steps' .json
+#   and .md files in the same command, or more than 8 files come back. On 2026-11-28 evening `quarter` then
+#   `floors` in one call took 410 s (quarter 264 s), `profiles` 183 s: for the next session, `before 6b9f844`
+#   here and `ab` there first (packed grouped-query attention, unmeasured on a GPU), then `quarter`.
 #   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
 #   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
 #   layer 0 only: the current tree, then REV's, on the same warm GPU).
@@ -118,6 +123,14 @@ look)
     say "A: the workflow at 9,180 pairs with every floor"
     step floors-135 $(( 330 - $(date +%s) + START )) --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
     ;;
+profiles)
+    # where both model phases wait now, without the floors (~2.5 min)
+    say "P: the meta phase profiled at 2,040 pairs"
+    step profile-meta 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/meta-trace.json.gz"
+    say "P: the direct phase (with its fused extraction) profiled at 2,040 pairs"
+    step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
+        --profile-phase direct
+    ;;
 ab)
     # the current tree, then an earlier commit's (.gpu/before, from `before REV`), in turn on the same warm GPU
     [ -f .gpu/before/REV ] || { echo "no .gpu/before: run 'bash perf/gpu_check.sh before REV' here"; exit 2; }
@@ -135,7 +148,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, ab, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, ab, floors or solver"; exit 2
     ;;
 esac
 say "done"

@@ -4,7 +4,9 @@ The GPU's busy time is the union of its kernels' and copies' intervals; the gaps
 For each gap this names what the host threads were inside at the time: the deepest operator or Python
 function (`cpu_op`, `python_function`, `user_annotation`) of each thread, weighted by how much of the gap it
 covered, so the table says which host work the device waited for (launching a forward's operators, building
-a prefix tree, a read back). A text summary, for a machine where the trace cannot be looked at.
+a prefix tree, a read back). A text summary, for a machine where the trace cannot be looked at. It also gives the device's time by the host
+operators that launched each kernel (`by_launcher`: its outermost `cpu_op`s, through the launch's correlation
+id), which tells one copy from another (transformers' `repeat_kv` is `aten::reshape > aten::clone > aten::copy_`).
 
     python perf/trace_gaps.py meta-trace.json.gz [--min-gap-ms 0.05] [--top 25]
 """
@@ -77,8 +79,48 @@ def _innermost(evs: list[dict], start: float, end: float) -> dict:
     return out
 
 
+def by_launcher(events: list[dict], depth: int = 4, top: int = 25) -> list[tuple[str, float, int]]:
+    """Device µs and kernel count per chain of host operators (`cpu_op`s, outermost first, at most `depth`
+    deep) open at the launch of each kernel or copy, matched by its correlation id; largest first."""
+    chain_of = _launch_chains(events, depth)
+    totals: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES:
+            key = chain_of.get(e.get("args", {}).get("correlation"))
+            if key is not None:
+                totals[key][0] += e.get("dur", 0)
+                totals[key][1] += 1
+    return sorted(((key, us, n) for key, (us, n) in totals.items()), key=lambda row: -row[1])[:top]
+
+
+def _launch_chains(events: list[dict], depth: int) -> dict:
+    """correlation id -> the host operators open at that launch on its thread (operators on a thread nest:
+    one sweep in time order with a stack of open ones)."""
+    by_thread = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        thread = (e.get("pid"), e.get("tid"))
+        if e.get("cat") == "cpu_op":
+            by_thread[thread].append((e["ts"], 0, e["ts"] + e.get("dur", 0), e["name"]))
+        elif e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
+            by_thread[thread].append((e["ts"], 1, e["args"]["correlation"], None))
+    out = {}
+    for items in by_thread.values():
+        stack: list[tuple[float, str]] = []
+        for ts, kind, value, name in sorted(items, key=lambda item: (item[0], item[1])):
+            while stack and stack[-1][0] < ts:
+                stack.pop()
+            if kind == 0:
+                stack.append((value, name))
+            else:
+                out[value] = " > ".join(n for _, n in stack[:depth]) or "(no operator)"
+    return out
+
+
 def report(path: str, min_gap_ms: float = 0.05, top: int = 25) -> str:
-    result = summary(load(path), min_gap_ms * 1e3, top)
+    events = load(path)
+    result = summary(events, min_gap_ms * 1e3, top)
     if not result["span_us"]:
         return "no device work in the trace (a CPU or simulated run): nothing to place"
     lines = [f"device busy {result['busy_us'] / 1e6:.3f} s of {result['span_us'] / 1e6:.3f} s "
@@ -86,6 +128,9 @@ def report(path: str, min_gap_ms: float = 0.05, top: int = 25) -> str:
              f"{result['idle_us'] / 1e6:.3f} s idle in them",
              "", "| thread | innermost host event during the gaps | seconds |", "|---|---|---|"]
     lines += [f"| {thread[1]} | {name[:90]} | {us / 1e6:.3f} |" for (thread, name), us in result["host"]]
+    lines += ["", "| host operators that launched the device's work | seconds | share | kernels |", "|---|---|---|---|"]
+    lines += [f"| {key[:120]} | {us / 1e6:.3f} | {us / result['busy_us']:.1%} | {n} |"
+              for key, us, n in by_launcher(events, top=top)]
     return "\n".join(lines)
 
 

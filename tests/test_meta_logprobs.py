@@ -272,3 +272,42 @@ def test_passes_keep_cudnn_attention_off(monkeypatch):
     shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, progress=False)
     assert seen and not any(seen)
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def llama_sdpa():
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("llama", len(tokenizer)), dtype=torch.float32,
+                                             attn_implementation="sdpa")
+    return wrap_model(model, tokenizer, name="tiny-llama-sdpa")
+
+
+@pytest.mark.parametrize("build", [llama_sdpa, MODELS["gemma3-mixed-sdpa"]], ids=["llama", "gemma3-mixed"])
+def test_grouped_queries_attend_without_repeated_keys(build, monkeypatch):
+    """The passes' attention stacks the query heads that share a key/value head (`models.packed_gqa_attention`)
+    instead of repeating keys and values per head (transformers' `repeat_kv` with a mask): the scores still
+    equal the plain forward pass (itself transformers' SDPA with repeated keys), and no key or value is repeated."""
+    import transformers.integrations.sdpa_attention as sdpa
+
+    import babelprobe.models as models
+
+    lm = build()
+    config = lm.parts.body.config
+    assert config._attn_implementation == "sdpa" and config.num_key_value_heads < config.num_attention_heads
+    texts, starts = requests()
+    expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
+    packed, calls = models.packed_gqa_attention, []
+
+    def counted(*args, **kwargs):
+        calls.append(packed(*args, **kwargs) is not None)
+        return packed(*args, **kwargs)
+
+    def repeated(*args, **kwargs):
+        raise AssertionError("keys and values were repeated per head")
+
+    monkeypatch.setattr(models, "packed_gqa_attention", counted)
+    monkeypatch.setattr(sdpa, "repeat_kv", repeated)
+    scored = shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, chunk_tokens=50, progress=False)
+    for s, e in zip(scored, expected):
+        np.testing.assert_allclose(s.logprobs, e, atol=2e-5)
+    assert calls and all(calls)

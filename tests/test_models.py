@@ -149,3 +149,42 @@ def test_tokenize_gives_the_wrappers_tokens_and_spans(tiny):
 def test_tokenize_gives_the_wrappers_tokens_and_spans_with_the_default_tokenizer(default_lm):
     texts = sample_texts(default_lm.tokenizer)
     assert models.tokenize(default_lm.tokenizer, texts) == wrapper_tokens(default_lm.tokenizer, texts)
+
+
+@pytest.mark.parametrize(("batch", "mask_batch", "mask_rows", "length", "past"),
+                         [(3, 3, "per query", 5, 4), (2, 1, "per query", 6, 0), (2, 2, "one row", 1, 7),
+                          (2, 2, "per query", 33, 90)])
+def test_packed_grouped_query_attention_equals_transformers_sdpa(batch, mask_batch, mask_rows, length, past):
+    """`models.packed_gqa_attention` (query heads stacked per key/value head) against transformers' SDPA with its
+    keys and values repeated per head, on random queries and masks (some rows padded); float32, summed in the
+    kernel's blocks either way (~1e-6 relative)."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    generator = torch.Generator().manual_seed(0)
+    heads, groups, dim, keys = 8, 4, 16, past + length
+    module = SimpleNamespace(num_key_value_groups=groups, is_causal=True, training=False)
+    query = torch.randn(batch, length, heads, dim, generator=generator).transpose(1, 2)  # as a model's projection
+    key, value = (torch.randn(batch, heads // groups, keys, dim, generator=generator) for _ in range(2))
+    mask = torch.rand(mask_batch, 1, length if mask_rows == "per query" else 1, keys, generator=generator) > 0.3
+    mask[..., -1] = True  # every query sees a key
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.3)
+    packed = models.packed_gqa_attention(module, query, key, value, mask, scaling=0.3)
+    assert packed.shape == expected.shape == (batch, length, heads, dim)
+    torch.testing.assert_close(packed, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_packed_grouped_query_attention_leaves_other_cases_to_transformers():
+    """No groups, no mask, a mask per head, dropout or a soft cap: None (transformers' own SDPA runs)."""
+    from types import SimpleNamespace
+
+    query, key = torch.zeros(1, 4, 3, 8), torch.zeros(1, 2, 3, 8)
+    mask = torch.ones(1, 1, 3, 3, dtype=torch.bool)
+    grouped, plain = SimpleNamespace(num_key_value_groups=2), SimpleNamespace(num_key_value_groups=1)
+    assert models.packed_gqa_attention(plain, query, query, query, mask) is None
+    assert models.packed_gqa_attention(grouped, query, key, key, None) is None
+    assert models.packed_gqa_attention(grouped, query, key, key, mask.expand(1, 4, 3, 3)) is None
+    assert models.packed_gqa_attention(grouped, query, key, key, mask, dropout=0.1) is None
+    assert models.packed_gqa_attention(grouped, query, key, key, mask, softcap=30.0) is None
+    assert models.packed_gqa_attention(grouped, query, key, key, mask) is not None

@@ -126,6 +126,30 @@ def test_trace_gaps_names_the_host_work_the_device_waited_for():
                                     ((0, 1), "aten::mm"): 2}
 
 
+def test_trace_gaps_gives_the_device_time_to_the_operators_that_launched_it():
+    """Each kernel's time goes to the chain of host operators open at its launch (matched by correlation id),
+    worked out by hand: a copy launched inside reshape > clone > copy_, two matmuls inside mm, a kernel whose
+    launch is outside any operator, and one with no launch in the trace (left out)."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import trace_gaps
+
+    def event(cat, name, ts, dur, tid=1, correlation=None):
+        args = {} if correlation is None else {"correlation": correlation}
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": tid, "args": args}
+
+    events = [event("cpu_op", "aten::reshape", 0, 10), event("cpu_op", "aten::clone", 1, 8),
+              event("cpu_op", "aten::copy_", 2, 5), event("cuda_runtime", "cudaLaunchKernel", 3, 1, correlation=1),
+              event("cpu_op", "aten::mm", 20, 5), event("cuda_driver", "cuLaunchKernelEx", 21, 1, correlation=2),
+              event("cpu_op", "aten::mm", 30, 5), event("cuda_driver", "cuLaunchKernelEx", 31, 1, correlation=3),
+              event("cuda_runtime", "cudaMemcpyAsync", 40, 1, correlation=4),
+              event("kernel", "copy", 5, 30, tid=7, correlation=1), event("kernel", "gemm", 40, 50, tid=7, correlation=2),
+              event("kernel", "gemm", 90, 70, tid=7, correlation=3), event("gpu_memcpy", "h2d", 160, 4, tid=7, correlation=4),
+              event("kernel", "orphan", 170, 9, tid=7, correlation=99)]
+    assert trace_gaps.by_launcher(events) == [("aten::mm", 120, 2), ("aten::reshape > aten::clone > aten::copy_", 30, 1),
+                                              ("(no operator)", 4, 1)]
+    assert trace_gaps.by_launcher(events, depth=2)[1][0] == "aten::reshape > aten::clone"
+
+
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     """The floor replays what babelprobe's own calls were: extraction's token batches exactly as the
     extractor cut them (each distinct text once, nothing else run), and for direct scoring one vocabulary row per distinct state that
