@@ -14,7 +14,8 @@
 #   time by launching operator in meta-trace.json.gz.txt and direct-trace.json.gz.txt); delete the steps' .json
 #   and .md files in the same command, or more than 8 files come back. On 2026-11-28 evening `quarter` then
 #   `floors` in one call took 410 s (quarter 264 s), `profiles` 183 s: for the next session, `before 6b9f844`
-#   here and `ab` there first (packed grouped-query attention, unmeasured on a GPU), then `quarter`.
+#   here and `ab` there first (packed grouped-query attention, unmeasured on a GPU), with `matmul` in the same
+#   call (perf/matmul_shapes.py: what a new matmul shape costs the host, ~30 s), then `quarter`.
 #   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
 #   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
 #   layer 0 only: the current tree, then REV's, on the same warm GPU).
@@ -131,6 +132,10 @@ profiles)
     step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
         --profile-phase direct
     ;;
+matmul)
+    # the host cost of a matmul shape not seen before (a prefix tree's passes each have their own M), ~30 s
+    timeout 120 $PY perf/matmul_shapes.py --device cuda 2>&1 | tee "$OUT/matmul-shapes.txt"
+    ;;
 ab)
     # the current tree, then an earlier commit's (.gpu/before, from `before REV`), in turn on the same warm GPU
     [ -f .gpu/before/REV ] || { echo "no .gpu/before: run 'bash perf/gpu_check.sh before REV' here"; exit 2; }
@@ -148,7 +153,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, ab, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, matmul, ab, floors or solver"; exit 2
     ;;
 esac
 say "done"

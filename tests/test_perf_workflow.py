@@ -150,6 +150,20 @@ def test_trace_gaps_gives_the_device_time_to_the_operators_that_launched_it():
     assert trace_gaps.by_launcher(events, depth=2)[1][0] == "aten::reshape > aten::clone"
 
 
+def test_matmul_shapes_times_every_weight_shape(capsys):
+    """perf/matmul_shapes.py (the host cost of a matmul shape not seen before, for the next lent GPU) runs on a
+    CPU at the tiny shape: a row per distinct weight shape of a block, fresh M drawn under the budget."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import matmul_shapes
+
+    result = matmul_shapes.measure("tiny", torch.device("cpu"), torch.float32, passes=5, budget=600, bucket=256, seed=0)
+    assert result["fresh_m"] == 5 and 1 <= result["buckets"] <= 3
+    assert [name for name, _, _ in matmul_shapes.weight_shapes("llama-3.1-8b")] == list(result["by_shape"])
+    assert all(len(times[kind]) == 5 and min(times[kind]) > 0 for times in result["by_shape"].values() for kind in times)
+    assert matmul_shapes.main(["--device", "cpu", "--shape", "tiny", "--passes", "3", "--budget", "400"]) == 0
+    assert "| down_proj |" in capsys.readouterr().out
+
+
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     """The floor replays what babelprobe's own calls were: extraction's token batches exactly as the
     extractor cut them (each distinct text once, nothing else run), and for direct scoring one vocabulary row per distinct state that
