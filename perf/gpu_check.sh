@@ -15,7 +15,8 @@
 #   and .md files in the same command, or more than 8 files come back. On 2026-11-28 evening `quarter` then
 #   `floors` in one call took 410 s (quarter 264 s), `profiles` 183 s: for the next session, `before 6b9f844`
 #   here and `ab` there first (packed grouped-query attention, unmeasured on a GPU), with `matmul` in the same
-#   call (perf/matmul_shapes.py: what a new matmul shape costs the host, ~30 s), then `quarter`.
+#   call (perf/matmul_shapes.py: what a new matmul shape costs the host, ~30 s) and `probe` (the probe phase at a
+#   quarter's group sizes from a bfloat16 store, profiled, ~1.5 min), then `quarter`.
 #   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
 #   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
 #   layer 0 only: the current tree, then REV's, on the same warm GPU).
@@ -132,6 +133,16 @@ profiles)
     step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
         --profile-phase direct
     ;;
+probe)
+    # the probe phase alone at a quarter's group sizes (1,796 items × 33 layers × 4096), one language's 4 groups
+    # written to a bfloat16 store (~35 s here) and probed from it, the first of 2 rounds profiled (~1.5 min; the
+    # phase was busy 0.53 at the quarter)
+    mkdir -p "$WORK"
+    timeout 200 $PY perf/probe_phase.py --pairs quarter --languages 1 --d-model 4096 --on-disk bfloat16 --repeat 2 \
+        --profile "$OUT/probe-trace.json.gz" --tmp "$WORK" > "$OUT/probe-phase.txt" 2>&1
+    tail -n 6 "$OUT/probe-phase.txt"; head -n 30 "$OUT/probe-trace.json.gz.txt" 2>/dev/null
+    rm -rf "${WORK:?}"/*
+    ;;
 matmul)
     # the host cost of a matmul shape not seen before (a prefix tree's passes each have their own M), ~30 s
     timeout 120 $PY perf/matmul_shapes.py --device cuda 2>&1 | tee "$OUT/matmul-shapes.txt"
@@ -153,7 +164,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, matmul, ab, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, ab, floors or solver"; exit 2
     ;;
 esac
 say "done"

@@ -13,10 +13,14 @@ store's layers in float32).
 17 languages × 4 negative types) of `bp.synthetic_activations` (minimal pairs with a planted acceptability
 direction) at `--layers` × `--d-model`, in memory, read as an in-memory store is (no disk). A small width keeps the
 fits cheap, so the phase's own work at XCOMPS's group sizes (out-of-fold tables of millions of rows, bootstrap
-over thousands of pairs) shows as it does next to a GPU's fast fits.
+over thousands of pairs) shows as it does next to a GPU's fast fits. `--on-disk bfloat16` writes them to a store
+first and probes that (reading each group through the store, as compare does; on a GPU, at `--d-model 4096`, the
+real phase's reads and fits), `--languages N` keeps the first N languages' groups, and `--profile FILE` runs the
+first round under torch's profiler (a Chrome trace and, at FILE.txt, `trace_gaps`' summary).
 
     OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --acts runs/x/acts --repeat 3
     OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --pairs quarter --layers 33 --d-model 16 --repeat 2
+    python perf/probe_phase.py --pairs quarter --languages 1 --d-model 4096 --on-disk bfloat16 --profile t.json.gz
 """
 
 from __future__ import annotations
@@ -35,33 +39,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import floors  # noqa: E402
-from workflow import SUBSETS, XCOMPS_LANGUAGES, pair_count  # noqa: E402
+from workflow import SUBSETS, XCOMPS_LANGUAGES, pair_count, profiled  # noqa: E402
 
 from babelprobe.comparison import CompareSettings  # noqa: E402
-from babelprobe.extract import open_store  # noqa: E402
+from babelprobe.extract import open_store, write_store  # noqa: E402
 from babelprobe.probes import probe, synthetic_activations  # noqa: E402
+from babelprobe.probes.solvers import resolve_device  # noqa: E402
 from babelprobe.probes.source import ArrayStore, group_rows, usable_keys  # noqa: E402
 
 
-def one_round(acts, settings, fits: floors.FitCalls, out: Path) -> dict:
-    """The phase once (the sweep, then its result written), its solver calls recorded; then their replay."""
+def one_round(acts, settings, fits: floors.FitCalls, out: Path, profile: Path | None = None) -> dict:
+    """The phase once (the sweep, then its result written), its solver calls recorded; then their replay (on the
+    device the probes ran on)."""
+    device = resolve_device(None)
     fits.calls.clear()
     fits.recording = True
+    sweep = lambda: probe(acts, settings, progress=False)  # noqa: E731
     start = time.perf_counter()
-    result = probe(acts, settings, progress=False)
+    result = (profiled(sweep, profile, device) if profile else sweep)()
     swept = time.perf_counter()
     result.write(out / "neuro.csv")
     done = time.perf_counter()
     fits.recording = False
-    replay, _ = fits.replay(torch.device("cpu"))
+    replay, _ = fits.replay(device)
     return {"phase": done - start, "sweep": swept - start, "write": done - swept, "replay": replay}
 
 
-def synthetic_store(pairs: int, layers: int, d_model: int, seed: int = 0) -> ArrayStore:
-    """XCOMPS's groups (17 languages × 4 negative types × `pairs` pairs) of `bp.synthetic_activations`, in memory."""
+def synthetic_store(pairs: int, layers: int, d_model: int, languages: int = len(XCOMPS_LANGUAGES),
+                    seed: int = 0) -> ArrayStore:
+    """XCOMPS's groups (its first `languages` languages × 4 negative types × `pairs` pairs) of
+    `bp.synthetic_activations`, in memory."""
     keys, values = synthetic_activations(n_pairs=pairs, n_layers=layers - 1, d_model=d_model,
-                                         languages=XCOMPS_LANGUAGES, subsets=SUBSETS, seed=seed)
+                                         languages=XCOMPS_LANGUAGES[:languages], subsets=SUBSETS, seed=seed)
     return ArrayStore(keys, last=values, n_layers=layers - 1)
+
+
+def on_disk(store: ArrayStore, path: Path, dtype: str):
+    """`store` written as an activation store in `dtype` at `path`, opened."""
+    write_store(path, store.keys, last=store.arrays["last"], layers=store.layers, dtype=dtype,
+                n_layers=store.n_layers)
+    return open_store(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,25 +91,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--d-model", type=int, default=16, help="--pairs: width of the random activations")
     parser.add_argument("--folds", type=int, default=5, help="compare's folds (XCOMPS: 5)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds (the first also warms up)")
+    parser.add_argument("--languages", type=int, default=len(XCOMPS_LANGUAGES),
+                        help="--pairs: the first N of XCOMPS's languages (4 groups each)")
+    parser.add_argument("--on-disk", choices=("float32", "bfloat16"), help="--pairs: write them to a store in this "
+                        "dtype (in --tmp) and probe that")
+    parser.add_argument("--profile", type=Path, metavar="FILE", help="the first round under torch's profiler: a gzipped "
+                        "Chrome trace here, trace_gaps' summary at FILE.txt")
     parser.add_argument("--tmp", type=Path, default=None, help="where the results are written (a temporary folder)")
     args = parser.parse_args(argv)
     if args.acts and not (args.acts / "manifest.json").exists():
         parser.error(f"--acts {args.acts}: no activation store there (no manifest.json)")
     if args.tmp and not args.tmp.is_dir():
         parser.error(f"--tmp {args.tmp}: no such directory")
-    if args.pairs is not None and (args.pairs < 1 or args.layers < 1 or args.d_model < 1):
-        parser.error(f"--pairs {args.pairs}, --layers {args.layers}, --d-model {args.d_model}: each at least 1")
-    store = open_store(args.acts) if args.acts else synthetic_store(args.pairs, args.layers, args.d_model)
+    if args.pairs is not None and min(args.pairs, args.layers, args.d_model, args.languages) < 1:
+        parser.error(f"--pairs {args.pairs}, --layers {args.layers}, --d-model {args.d_model}, --languages "
+                     f"{args.languages}: each at least 1")
+    if args.acts and args.on_disk:
+        parser.error("--on-disk writes --pairs' activations; --acts is a store already")
     settings = replace(CompareSettings().probe, folds=args.folds)
-    sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
-    print(f"{args.acts or 'synthetic'}: {len(store.keys)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
-          f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, {torch.get_num_threads()} thread(s)")
-    print("| round | phase s | sweep s | write s | replay s (floor) | floor/phase |")
-    print("|---|---|---|---|---|---|")
     ratios = []
     with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        acts = args.acts or synthetic_store(args.pairs, args.layers, args.d_model, min(args.languages, len(XCOMPS_LANGUAGES)))
+        if args.on_disk:
+            acts = on_disk(acts, Path(tmp) / "acts", args.on_disk).path
+        store = open_store(acts) if isinstance(acts, Path) else acts
+        sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
+        print(f"{args.acts or 'synthetic'}{f' ({args.on_disk} store)' if args.on_disk else ''}: {len(store.keys)} items, "
+              f"{len(sizes)} groups of {min(sizes)}–{max(sizes)} items, {len(store.layers)} layers × {store.d_model}, "
+              f"{args.folds} folds, on {resolve_device(None)}, {torch.get_num_threads()} thread(s)")
+        print("| round | phase s | sweep s | write s | replay s (floor) | floor/phase |")
+        print("|---|---|---|---|---|---|")
+        (Path(tmp) / "out").mkdir()
         for k in range(args.repeat):
-            seconds = one_round(args.acts or store, settings, fits, Path(tmp))
+            seconds = one_round(acts, settings, fits, Path(tmp) / "out", args.profile if k == 0 else None)
             ratios.append(seconds["replay"] / seconds["phase"])
             print(f"| {k + 1} | {seconds['phase']:.3f} | {seconds['sweep']:.3f} | {seconds['write']:.3f} | "
                   f"{seconds['replay']:.3f} | {ratios[-1]:.3f} |", flush=True)

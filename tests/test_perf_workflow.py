@@ -347,6 +347,18 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     both = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
                            "--pairs", "2"], capture_output=True, text=True, cwd=ROOT)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    # the first 2 languages' groups written to a bfloat16 store and probed from it, the first round profiled
+    stored = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
+                             "--d-model", "4", "--folds", "2", "--repeat", "1", "--languages", "2", "--on-disk", "bfloat16",
+                             "--profile", str(tmp_path / "trace.json.gz"), "--tmp", str(tmp_path / "out")],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert stored.returncode == 0, stored.stderr[-2000:]
+    assert "synthetic (bfloat16 store): 32 items, 8 groups of 4–4 items, 2 layers × 4, 2 folds, " in stored.stdout
+    assert (tmp_path / "trace.json.gz").stat().st_size > 0 and (tmp_path / "trace.json.gz.txt").exists()
+    assert list((tmp_path / "out").iterdir()) == []
+    refused = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
+                              "--on-disk", "bfloat16"], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode == 2 and "--on-disk" in refused.stderr
 
 
 def test_the_simulated_devices_shape_rules_agree_with_the_meta_devices():

@@ -43,7 +43,8 @@ def synthetic_activations(n_pairs: int = 60, n_layers: int = 18, d_model: int = 
     strength = np.where(depth <= peak_layer, depth / max(peak_layer, 1),
                         1 - 0.5 * (depth - peak_layer) / max(n_layers - peak_layer, 1)) * signal
     big = rng.choice(d_model, size=max(1, d_model // 100), replace=False)  # "massive activation" dims
-    keys, blocks = [], []
+    keys = []
+    X = np.empty((len(languages) * len(subsets) * n_pairs * 2, n_layers + 1, d_model), dtype=dtype)  # filled in place
     common = rng.normal(size=d_model)
     for language in languages:
         for subset in subsets:
@@ -56,11 +57,10 @@ def synthetic_activations(n_pairs: int = 60, n_layers: int = 18, d_model: int = 
                     x = shared + rng.normal(size=(n_layers + 1, d_model))
                     x += (label - 0.5) * strength[:, None] * direction[None, :]
                     x[:, big] = x[:, big] * 20 + 50
-                    blocks.append(x)
+                    X[len(keys)] = x
                     keys.append({"item_id": f"{pair_id}-{'good' if label else 'bad'}", "pair_id": pair_id,
                                  "language": language, "subset": subset, "label": label,
                                  "concept": f"{language}-concept-{rng.integers(max(2, n_pairs // 3))}"})
-    X = np.stack(blocks).astype(dtype)
     keys = pd.DataFrame(keys)
     keys["label"] = keys["label"].astype(np.int8)
     return keys, X
