@@ -739,7 +739,7 @@ def packed_gqa_attention(module, query, key, value, attention_mask, dropout: flo
     does the same for a single query token, `pack_gqa`), the mask repeated G times along it. transformers'
     SDPA instead repeats every key and value G times (`repeat_kv`) when a mask is given, since torch's masked
     kernels on CUDA take no `enable_gqa`: a copy of the whole past per layer, G times over. On an H200 (meta at
-    the 8B shape, 2026-11-28, perf/gpu_check.sh profiles) strided copies took 14% of the device time.
+    the 8B shape, 2026-11-28, perf/gpu_check.sh profiles) those copies took 12% of the device time.
     Each query row attends over the same keys with the same mask row either way. The output as transformers'
     ([batch, tokens, heads, head_dim]), or None where this does not apply (no groups, no mask or one per
     head, dropout, a position bias or a soft cap): then transformers' own SDPA runs."""

@@ -7,9 +7,7 @@
 #   there, if time is left (a fresh start costs ~30 s):  bash perf/gpu_check.sh floors   (or: solver)
 #   or, split: `look` first (both model phases profiled at 2,040 pairs, then every floor at 9,180: ~5.5 min;
 #   its floors did not finish in 330 s on 2026-11-27), then `LIMIT=S bash perf/gpu_check.sh quarter` (C alone,
-#   in a call of S seconds). For the next session: `quarter` first (LIMIT=585: direct took 63 s and meta 156 s
-#   of it on 2026-11-27; the probe phase, 18 s per group then, is what the changes after that run address),
-#   then `floors` if 4 minutes are left.
+#   in a call of S seconds).
 #   `profiles`: both model phases under torch's profiler at 2,040 pairs (~2.5 min; each trace's gaps and the device
 #   time by launching operator in meta-trace.json.gz.txt and direct-trace.json.gz.txt); delete the steps' .json
 #   and .md files in the same command, or more than 8 files come back. On 2026-11-28 evening `quarter` then
