@@ -47,7 +47,8 @@ def measure(shape: str, device: torch.device, dtype: torch.dtype, passes: int, b
     rng = np.random.default_rng(seed)
     fresh = rng.choice(np.arange(256, budget + 1), size=passes, replace=False)
     weights = {name: torch.randn(n, k, device=device, dtype=dtype) for name, n, k in weight_shapes(shape)}
-    inputs = {k: torch.randn(budget + bucket, k, device=device, dtype=dtype) for k in {w.shape[1] for w in weights.values()}}
+    widths = {w.shape[1] for w in weights.values()}
+    inputs = {k: torch.randn(budget + bucket, k, device=device, dtype=dtype) for k in widths}
     out = {name: {"first": [], "again": [], "bucketed": []} for name in weights}
     for m in fresh.tolist():
         for name, w in weights.items():

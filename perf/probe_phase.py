@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -54,7 +55,7 @@ def one_round(acts, settings, fits: floors.FitCalls, out: Path, profile: Path | 
     device = resolve_device(None)
     fits.calls.clear()
     fits.recording = True
-    sweep = lambda: probe(acts, settings, progress=False)  # noqa: E731
+    sweep = partial(probe, acts, settings, progress=False)
     start = time.perf_counter()
     result = (profiled(sweep, profile, device) if profile else sweep)()
     swept = time.perf_counter()
@@ -95,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="--pairs: the first N of XCOMPS's languages (4 groups each)")
     parser.add_argument("--on-disk", choices=("float32", "bfloat16"), help="--pairs: write them to a store in this "
                         "dtype (in --tmp) and probe that")
-    parser.add_argument("--profile", type=Path, metavar="FILE", help="the first round under torch's profiler: a gzipped "
-                        "Chrome trace here, trace_gaps' summary at FILE.txt")
+    parser.add_argument("--profile", type=Path, metavar="FILE", help="the first round under torch's profiler: "
+                        "a gzipped Chrome trace here, trace_gaps' summary at FILE.txt")
     parser.add_argument("--tmp", type=Path, default=None, help="where the results are written (a temporary folder)")
     args = parser.parse_args(argv)
     if args.acts and not (args.acts / "manifest.json").exists():
@@ -111,14 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     settings = replace(CompareSettings().probe, folds=args.folds)
     ratios = []
     with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        acts = args.acts or synthetic_store(args.pairs, args.layers, args.d_model, min(args.languages, len(XCOMPS_LANGUAGES)))
+        acts = args.acts or synthetic_store(args.pairs, args.layers, args.d_model, args.languages)
         if args.on_disk:
             acts = on_disk(acts, Path(tmp) / "acts", args.on_disk).path
         store = open_store(acts) if isinstance(acts, Path) else acts
         sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
-        print(f"{args.acts or 'synthetic'}{f' ({args.on_disk} store)' if args.on_disk else ''}: {len(store.keys)} items, "
-              f"{len(sizes)} groups of {min(sizes)}–{max(sizes)} items, {len(store.layers)} layers × {store.d_model}, "
-              f"{args.folds} folds, on {resolve_device(None)}, {torch.get_num_threads()} thread(s)")
+        name = f"{args.acts or 'synthetic'}{f' ({args.on_disk} store)' if args.on_disk else ''}"
+        print(f"{name}: {len(store.keys)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
+              f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, on {resolve_device(None)}, "
+              f"{torch.get_num_threads()} thread(s)")
         print("| round | phase s | sweep s | write s | replay s (floor) | floor/phase |")
         print("|---|---|---|---|---|---|")
         (Path(tmp) / "out").mkdir()

@@ -4,9 +4,11 @@ The GPU's busy time is the union of its kernels' and copies' intervals; the gaps
 For each gap this names what the host threads were inside at the time: the deepest operator or Python
 function (`cpu_op`, `python_function`, `user_annotation`) of each thread, weighted by how much of the gap it
 covered, so the table says which host work the device waited for (launching a forward's operators, building
-a prefix tree, a read back). A text summary, for a machine where the trace cannot be looked at. It also gives the device's time by the host
-operators that launched each kernel (`by_launcher`: its outermost `cpu_op`s, through the launch's correlation
-id), which tells one copy from another (transformers' `repeat_kv` is `aten::reshape > aten::clone > aten::copy_`).
+a prefix tree, a read back). A text summary, for a machine where the trace cannot be looked at.
+
+It also gives the device's time by the host operators that launched each kernel (`by_launcher`: the outermost
+`cpu_op`s open at the launch, matched through its correlation id), which tells one copy from another
+(transformers' `repeat_kv` is `aten::reshape > aten::clone > aten::copy_`).
 
     python perf/trace_gaps.py meta-trace.json.gz [--min-gap-ms 0.05] [--top 25]
 """

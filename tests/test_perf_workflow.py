@@ -142,10 +142,13 @@ def test_trace_gaps_gives_the_device_time_to_the_operators_that_launched_it():
               event("cpu_op", "aten::mm", 20, 5), event("cuda_driver", "cuLaunchKernelEx", 21, 1, correlation=2),
               event("cpu_op", "aten::mm", 30, 5), event("cuda_driver", "cuLaunchKernelEx", 31, 1, correlation=3),
               event("cuda_runtime", "cudaMemcpyAsync", 40, 1, correlation=4),
-              event("kernel", "copy", 5, 30, tid=7, correlation=1), event("kernel", "gemm", 40, 50, tid=7, correlation=2),
-              event("kernel", "gemm", 90, 70, tid=7, correlation=3), event("gpu_memcpy", "h2d", 160, 4, tid=7, correlation=4),
+              event("kernel", "copy", 5, 30, tid=7, correlation=1),
+              event("kernel", "gemm", 40, 50, tid=7, correlation=2),
+              event("kernel", "gemm", 90, 70, tid=7, correlation=3),
+              event("gpu_memcpy", "h2d", 160, 4, tid=7, correlation=4),
               event("kernel", "orphan", 170, 9, tid=7, correlation=99)]
-    assert trace_gaps.by_launcher(events) == [("aten::mm", 120, 2), ("aten::reshape > aten::clone > aten::copy_", 30, 1),
+    assert trace_gaps.by_launcher(events) == [("aten::mm", 120, 2),
+                                              ("aten::reshape > aten::clone > aten::copy_", 30, 1),
                                               ("(no operator)", 4, 1)]
     assert trace_gaps.by_launcher(events, depth=2)[1][0] == "aten::reshape > aten::clone"
 
@@ -159,7 +162,8 @@ def test_matmul_shapes_times_every_weight_shape(capsys):
     result = matmul_shapes.measure("tiny", torch.device("cpu"), torch.float32, passes=5, budget=600, bucket=256, seed=0)
     assert result["fresh_m"] == 5 and 1 <= result["buckets"] <= 3
     assert [name for name, _, _ in matmul_shapes.weight_shapes("llama-3.1-8b")] == list(result["by_shape"])
-    assert all(len(times[kind]) == 5 and min(times[kind]) > 0 for times in result["by_shape"].values() for kind in times)
+    assert all(len(times[kind]) == 5 and min(times[kind]) > 0
+               for times in result["by_shape"].values() for kind in times)
     assert matmul_shapes.main(["--device", "cpu", "--shape", "tiny", "--passes", "3", "--budget", "400"]) == 0
     assert "| down_proj |" in capsys.readouterr().out
 
@@ -349,7 +353,8 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     # the first 2 languages' groups written to a bfloat16 store and probed from it, the first round profiled
     stored = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
-                             "--d-model", "4", "--folds", "2", "--repeat", "1", "--languages", "2", "--on-disk", "bfloat16",
+                             "--d-model", "4", "--folds", "2", "--repeat", "1", "--languages", "2",
+                             "--on-disk", "bfloat16",
                              "--profile", str(tmp_path / "trace.json.gz"), "--tmp", str(tmp_path / "out")],
                             capture_output=True, text=True, cwd=ROOT)
     assert stored.returncode == 0, stored.stderr[-2000:]
