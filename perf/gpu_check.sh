@@ -97,6 +97,15 @@ step() {
     return $rc
 }
 
+# both model phases under torch's profiler at 2,040 pairs (`look`, `profiles`)
+profile_both() {
+    say "P: the meta phase profiled at 2,040 pairs"
+    step profile-meta 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/meta-trace.json.gz"
+    say "P: the direct phase (with its fused extraction) profiled at 2,040 pairs"
+    step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
+        --profile-phase direct
+}
+
 case "$STEP" in
 run)
     say "P: the meta phase profiled at 2,040 pairs"
@@ -115,21 +124,13 @@ quarter)
     ;;
 look)
     # before changing the engine: where both model phases wait, and every floor, in one call of ~5 min
-    say "P: the meta phase profiled at 2,040 pairs"
-    step profile-meta 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/meta-trace.json.gz"
-    say "P: the direct phase (with its fused extraction) profiled at 2,040 pairs"
-    step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
-        --profile-phase direct
+    profile_both
     say "A: the workflow at 9,180 pairs with every floor"
     step floors-135 $(( 330 - $(date +%s) + START )) --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
     ;;
 profiles)
     # where both model phases wait now, without the floors (~2.5 min)
-    say "P: the meta phase profiled at 2,040 pairs"
-    step profile-meta 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/meta-trace.json.gz"
-    say "P: the direct phase (with its fused extraction) profiled at 2,040 pairs"
-    step profile-direct 110 --pairs 30 --no-floors --store-dtype bfloat16 --profile "$OUT/direct-trace.json.gz" \
-        --profile-phase direct
+    profile_both
     ;;
 probe)
     # the probe phase alone at a quarter's group sizes (1,796 items × 33 layers × 4096), one language's 4 groups
