@@ -51,6 +51,10 @@ from babelprobe.tables import atomic_path, check_out_dir, write_table
 # chunks of 5,000; on an H200 at Llama-8B shapes the phases ran at a quarter of their model work's time
 # in chunks of 200. 2,000 pairs of the default model take about a minute of direct scoring on a CPU.
 CHUNK_PAIRS = 2000
+# A pipelined scorer's first chunk holds this share of the others' units: the device waits for the first
+# chunk's preparation alone (meta's prompts, tokens and prefix tree of 2,000 pairs: ~0.6 s here), so a small
+# first chunk starts it sooner; the chunks after it are prepared while the device runs the one before.
+FIRST_CHUNK_SHARE = 0.25
 MANIFEST = "run.json"
 
 
@@ -174,6 +178,8 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
                     ) -> pd.DataFrame:
     """`score(chunk_of_items) -> rows` over all items, chunks of whole `unit`s (default: pairs) at a time,
     resuming a partial run of the same `key`; writes the concatenated rows to `out` and returns them.
+    `chunk_pairs`: units per chunk (default: the scorer's `chunk_pairs` attribute when it has one, else
+    `CHUNK_PAIRS`); a scorer in three steps (`pipeline.pipelined`) starts with a smaller one (`FIRST_CHUNK_SHARE`).
     The bar counts finished units; with `model` (the `LoadedModel` scoring) it also counts the tokens of its
     forward passes as they run (`TokenMeter`). An interruption keeps every finished chunk. `together` (a
     column, e.g. "text"): units that share a value of it are chunked together (`kept_together`); the rows
@@ -192,8 +198,11 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
     except OSError as err:
         raise BabelprobeError(f"cannot write {out}: {err.strerror}") from None
     try:
-        done, chunk_pairs = _open_partial(partial, key, chunk_pairs or CHUNK_PAIRS)
-        chunks = [pair_ids[i:i + chunk_pairs] for i in range(0, len(pair_ids), chunk_pairs)]
+        size = chunk_pairs or getattr(score, "chunk_pairs", None) or CHUNK_PAIRS
+        first = max(1, int(size * FIRST_CHUNK_SHARE)) if _steps(score)[0] is not None else size
+        done, size, first = _open_partial(partial, key, size, first)
+        bounds = [0, *range(min(first, len(pair_ids)), len(pair_ids), size), len(pair_ids)]
+        chunks = [pair_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         already = sum(len(chunks[i]) for i in done)
         if done:
             print(f"resuming: {already} of {len(pair_ids)} {unit.removesuffix('_id')}s already scored in {partial}",
@@ -207,11 +216,11 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
             bar.update(len(chunks[todo[k]]))
 
         todo = [index for index in range(len(chunks)) if index not in done]
-        rows_of = items.groupby(items[unit].map({pid: i // chunk_pairs for i, pid in enumerate(pair_ids)}),
-                                sort=False).indices  # each chunk's rows, in the items' order
+        chunk_of = {pid: k for k, chunk in enumerate(chunks) for pid in chunk}
+        rows_of = items.groupby(items[unit].map(chunk_of), sort=False).indices  # each chunk's rows, in the items' order
         with TokenMeter(model, bar):
             try:
-                pipelined([items.iloc[rows_of[index]] for index in todo], *_steps(score), done=write)
+                pipelined([items.iloc[rows_of[index]] for index in todo], *_pipeline_steps(score), done=write)
             except Exception as err:
                 if not _out_of_memory(err):
                     raise
@@ -265,30 +274,39 @@ def _out_of_memory(err: Exception) -> bool:
 
 def _steps(score) -> tuple:
     """`score`'s prepare, run and finish steps (`pipeline.pipelined`): its own when it has them (a scorer
-    whose host work can overlap the device's), else all of it in the run step."""
+    whose host work can overlap the device's), else (None, score, None): all of it in the run step."""
     if all(hasattr(score, name) for name in ("prepare", "run", "finish")):
         return score.prepare, score.run, score.finish
-    return (lambda chunk: chunk), score, (lambda rows: rows)
+    return None, score, None
 
 
-def _open_partial(partial: Path, key: dict, chunk_pairs: int) -> tuple[set[int], int]:
-    """The chunks finished by an earlier run with the same key, and the chunk size they were made with; a
-    partial directory of another key is discarded (said on stderr)."""
+def _pipeline_steps(score) -> tuple:
+    prepare, run, finish = _steps(score)
+    return prepare or (lambda chunk: chunk), run, finish or (lambda rows: rows)
+
+
+def _open_partial(partial: Path, key: dict, chunk_pairs: int, first: int) -> tuple[set[int], int, int]:
+    """The chunks finished by an earlier run with the same key, and the chunk sizes they were made with (the
+    others', the first's: the others' when its record has none, as before there was a smaller first); a partial
+    directory of another key is discarded (said on stderr)."""
     key_file = partial / "key.json"
+    sizes = ("chunk_pairs", "first_chunk")
     if partial.exists():
         try:
             old = json.loads(key_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             old = {}
-        if {k: v for k, v in old.items() if k != "chunk_pairs"} == key:
-            return {int(p.stem.split("-")[1]) for p in partial.glob("chunk-*.parquet")}, old["chunk_pairs"]
+        if "chunk_pairs" in old and {k: v for k, v in old.items() if k not in sizes} == key:
+            return ({int(p.stem.split("-")[1]) for p in partial.glob("chunk-*.parquet")}, old["chunk_pairs"],
+                    old.get("first_chunk", old["chunk_pairs"]))
         print(f"discarding partial results in {partial}: they were made with another model, item set or "
               "settings", file=sys.stderr)
         shutil.rmtree(partial)
     partial.mkdir(parents=True)
     with atomic_path(key_file) as tmp:
-        tmp.write_text(json.dumps({**key, "chunk_pairs": chunk_pairs}, sort_keys=True), encoding="utf-8")
-    return set(), chunk_pairs
+        tmp.write_text(json.dumps({**key, "chunk_pairs": chunk_pairs, "first_chunk": first}, sort_keys=True),
+                       encoding="utf-8")
+    return set(), chunk_pairs, first
 
 
 def _hash(items: pd.DataFrame) -> str:

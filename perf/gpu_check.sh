@@ -141,6 +141,8 @@ probe)
         --profile "$OUT/probe-trace.json.gz" --tmp "$WORK" > "$OUT/probe-phase.txt" 2>&1
     tail -n 6 "$OUT/probe-phase.txt"; head -n 30 "$OUT/probe-trace.json.gz.txt" 2>/dev/null
     rm -rf "${WORK:?}"/*
+    # one 8B shard read back to the GPU as a probe group is (staged, page-locked) against HDF5's read, ~10 s
+    timeout 60 $PY perf/store_floor.py --repeat 3 --read-device cuda --tmp "$WORK" 2>&1 | tail -n 7
     ;;
 matmul)
     # the host cost of a matmul shape not seen before (a prefix tree's passes each have their own M), ~30 s

@@ -9,6 +9,11 @@ device: copied into the shard row by row, then `StoreWriter.write_shard` (keys, 
 atomic rename). Both are compared with a device time per pair (default: the simulated H200's fused direct phase
 at the 8B shape): issue 40's goal, host ≤ 0.25 × device per pair, cannot hold where the floor alone is above it.
 
+The written shard is then read back as the probe phase reads a group (`read_layers`: every layer of its rows; to
+the host in float32, and to `--read-device`, where the stored bits are copied and decoded on the device), against
+HDF5's read of the same bytes in chunk-sized runs into one reused buffer (the library's read, nothing decoded),
+in wall seconds.
+
     .venv/bin/python perf/store_floor.py                               # 8B width, every layer, bfloat16
     .venv/bin/python perf/store_floor.py --layers 19 --d-model 640 --store-dtype float32 --device-ms 0
 """
@@ -29,6 +34,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from babelprobe.extract import open_store  # noqa: E402
 from babelprobe.extract.store import StoreWriter, default_shard_size, storage_dtype  # noqa: E402
 
 # the simulated H200's direct phase at the 8B shape, fused extraction (README "Rows encoded where they are
@@ -83,7 +89,36 @@ def babelprobe_seconds(values: np.ndarray, dtype: str, folder: Path) -> float:
     for i in range(rows):  # assembled row by row, as `BackgroundWriter._scatter` does
         target[i] = values[i]
     writer.write_shard(0, keys, {"last": target}, encoded=True)
-    return time.process_time() - start
+    seconds = time.process_time() - start
+    writer.finish()  # a complete store, for `read_seconds`
+    return seconds
+
+
+def read_seconds(store_dir: Path, device: str) -> dict[str, float]:
+    """Wall seconds of reading the shard written by `babelprobe_seconds` back: HDF5's read into one reused buffer
+    (the floor), then `read_layers` of every row and layer to the host and to `device`."""
+    import h5py
+    import torch
+
+    out = {}
+    with h5py.File(next(store_dir.glob("shard-*.h5")), "r") as f:
+        ds = f["last"]
+        step = ds.chunks[0] if ds.chunks else len(ds)
+        buffer = np.empty((step, *ds.shape[1:]), dtype=ds.dtype)
+        start = time.perf_counter()
+        for r0 in range(0, len(ds), step):
+            ds.read_direct(buffer, np.s_[r0:min(len(ds), r0 + step)], np.s_[0:min(len(ds), r0 + step) - r0])
+        out["HDF5's read into one buffer (floor)"] = time.perf_counter() - start
+    store = open_store(store_dir)
+    for name, where in (("read_layers to the host (float32)", None), (f"read_layers to {device}", device)):
+        start = time.perf_counter()
+        values = store.read_layers(device=None if where is None else torch.device(where))
+        if where is not None and torch.device(where).type == "cuda":
+            torch.cuda.synchronize()
+        out[name] = time.perf_counter() - start
+        del values
+    store.close()
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,16 +131,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="device ms per pair to compare with (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="rounds; seconds are the median of the rounds'")
     parser.add_argument("--tmp", help="where the shard is written (default: the system's temporary directory)")
+    parser.add_argument("--read-device", default="cpu", help="the device of the read back (default cpu; cuda on a GPU)")
     args = parser.parse_args(argv)
     if args.tmp and not Path(args.tmp).is_dir():
         parser.error(f"--tmp {args.tmp}: no such directory")
     rows = args.rows or default_shard_size(args.layers, args.d_model)
     values = shard(rows, args.layers, args.d_model, args.store_dtype)
-    floors, ours = [], []
+    floors, ours, reads = [], [], []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
             floors.append(floor_seconds(values, Path(tmp)))
             ours.append(babelprobe_seconds(values, args.store_dtype, Path(tmp)))
+            reads.append(read_seconds(Path(tmp) / "store", args.read_device))
     parts = {name: statistics.median(f[name] for f in floors) for name in floors[0]}
     floor, mine = sum(parts.values()), statistics.median(ours)
     per_pair = 2 * 1000 / rows  # ms per pair from seconds per shard
@@ -116,6 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, seconds in [*parts.items(), ("floor (their sum)", floor), ("babelprobe: assembly + write_shard", mine)]:
         print(f"| {name} | {seconds:.3f} | {seconds * per_pair:.3f} | {values.nbytes / max(seconds, 1e-9) / 1e9:.2f} |")
     print(f"floor/babelprobe: {floor / mine:.2f}")
+    read = {name: statistics.median(r[name] for r in reads) for name in reads[0]}
+    least = min(read.values())
+    print("\n| read back | wall s per shard | GB/s of stored bytes | floor/this |")
+    print("|---|---|---|---|")
+    for name, seconds in read.items():
+        print(f"| {name} | {seconds:.3f} | {values.nbytes / max(seconds, 1e-9) / 1e9:.2f} | {least / seconds:.2f} |")
     if args.device_ms:
         print(f"device {args.device_ms:.3f} ms per pair: floor/device {floor * per_pair / args.device_ms:.2f}, "
               f"babelprobe/device {mine * per_pair / args.device_ms:.2f} (issue 40's goal: host ≤ 0.25 × device)")

@@ -81,6 +81,7 @@ def test_a_text_that_an_earlier_chunk_ran_is_copied_not_run_again(tiny, tmp_path
 
     items = sample_items()
     monkeypatch.setattr(runs, "CHUNK_PAIRS", 2)
+    monkeypatch.setattr(runs, "FIRST_CHUNK_SHARE", 1.0)  # every chunk of two pairs, the first too
     if budget is not None:
         monkeypatch.setattr(run_module, "REPEAT_BYTES", budget)
     chunk = items["pair_id"].map({p: i // 2 for i, p in enumerate(dict.fromkeys(items["pair_id"]))})

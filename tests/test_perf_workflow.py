@@ -302,7 +302,8 @@ def test_the_simulated_model_has_a_real_models_shapes(tiny):
 
 def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
     """perf/store_floor.py at a tiny size: the floor's three parts, their sum and babelprobe's own work on the
-    same shard, each per pair, and the ratios (no timing asserted); the shard it wrote is gone afterwards."""
+    same shard, each per pair, and the ratios, then the shard's read back against HDF5's (no timing asserted); the
+    shard it wrote is gone afterwards."""
     done = subprocess.run([sys.executable, str(ROOT / "perf" / "store_floor.py"), "--layers", "2", "--d-model", "8",
                            "--rows", "6", "--repeat", "1", "--tmp", str(tmp_path)], capture_output=True, text=True,
                           cwd=ROOT)
@@ -310,7 +311,9 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("one shard: 6 items x 2 layers x 8, bfloat16")
     named = [line.split(" | ")[0].strip("| ") for line in lines if line.startswith("| ") and "---" not in line]
-    assert named[1:] == ["sha256", "write", "copy", "floor (their sum)", "babelprobe: assembly + write_shard"]
+    assert named[1:6] == ["sha256", "write", "copy", "floor (their sum)", "babelprobe: assembly + write_shard"]
+    assert named[6:] == ["read back", "HDF5's read into one buffer (floor)", "read_layers to the host (float32)",
+                         "read_layers to cpu"]
     assert any(line.startswith("floor/babelprobe: ") for line in lines)
     assert any(line.startswith("device 0.764 ms per pair: floor/device ") for line in lines)
     assert list(tmp_path.iterdir()) == []

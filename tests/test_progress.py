@@ -4,6 +4,8 @@ score, compare) counts finished units and, inside a chunk, the tokens the model 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -169,3 +171,51 @@ def test_units_that_share_a_text_are_chunked_together_and_come_back_in_order(tmp
     assert rows["pair_id"].tolist() == ["p1", "p2", "p3", "p4", "p5"]
     assert rows["text"].tolist() == ["a+x", "b+y", "a+z", "c+y", "d+w"]
     assert pd.read_csv(tmp_path / "rows.csv")["pair_id"].tolist() == rows["pair_id"].tolist()
+
+
+def test_a_scorer_in_three_steps_starts_with_a_small_chunk_and_resumes_an_older_layout(tmp_path):
+    """A pipelined scorer's first chunk holds a quarter of the others' pairs (the device waits for its
+    preparation alone), a plain function's does not; a partial run recorded without a first chunk's size (as
+    before there was one) resumes in its own chunks of equal size, each pair scored once."""
+    items = pd.DataFrame([{"pair_id": f"p{k:02d}", "item_id": f"p{k:02d}-{s}", "text": f"t{k}{s}"}
+                          for k in range(10) for s in "ab"])
+
+    def table(chunk):
+        return chunk.groupby("pair_id", sort=False)["text"].agg("+".join).reset_index()
+
+    class Steps:  # prepare, run, finish: what `pipeline.pipelined` overlaps
+        def __init__(self, fail_after=None):
+            self.sizes, self.fail_after = [], fail_after
+
+        def prepare(self, chunk):
+            return chunk
+
+        def run(self, chunk):
+            if len(self.sizes) == self.fail_after:
+                raise RuntimeError("stopped")
+            self.sizes.append(chunk["pair_id"].nunique())
+            return chunk
+
+        def finish(self, chunk):
+            return table(chunk)
+
+    plain = []
+    score_resumably(lambda chunk: plain.append(chunk["pair_id"].nunique()) or table(chunk), items,
+                    tmp_path / "plain.csv", {"what": "test"}, chunk_pairs=4, progress=False)
+    steps = Steps()
+    rows = score_resumably(steps, items, tmp_path / "steps.csv", {"what": "test"}, chunk_pairs=4, progress=False)
+    assert plain == [4, 4, 2] and steps.sizes == [1, 4, 4, 1]
+    assert rows["pair_id"].tolist() == [f"p{k:02d}" for k in range(10)]
+
+    out = tmp_path / "older.csv"
+    with pytest.raises(RuntimeError, match="stopped"):
+        score_resumably(Steps(fail_after=1), items, out, {"what": "test"}, chunk_pairs=4, progress=False)
+    partial = partial_dir(out)
+    key = json.loads((partial / "key.json").read_text())
+    assert (key["chunk_pairs"], key.pop("first_chunk")) == (4, 1)
+    (partial / "key.json").write_text(json.dumps(key))  # as an older babelprobe recorded it: its first chunk of 4
+    table(items[items["pair_id"] < "p04"]).to_parquet(partial / "chunk-00000.parquet", index=False)
+    again = Steps()
+    rows = score_resumably(again, items, out, {"what": "test"}, chunk_pairs=4, progress=False)
+    assert again.sizes == [4, 2]
+    assert rows["pair_id"].tolist() == [f"p{k:02d}" for k in range(10)]

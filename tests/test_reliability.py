@@ -275,7 +275,8 @@ def test_16_full_disk_keeps_finished_parts_and_earlier_results(work, capsys, mon
     monkeypatch.setattr(checkpoint, "CHUNK_PAIRS", 4)
     fails(direct(model, items, out), capsys, "r16.csv", "No space left on device", "free some space")
     assert out.read_text() == "an earlier result\n"
-    assert len(list(checkpoint.partial_dir(out).glob("chunk-*.parquet"))) == 4  # scored chunks are kept
+    # scored chunks are kept: 16 pairs, a first chunk of one (`FIRST_CHUNK_SHARE`), then of four
+    assert len(list(checkpoint.partial_dir(out).glob("chunk-*.parquet"))) == 5
     monkeypatch.undo()
     assert run(direct(model, items, out)) == 0
     assert "resuming: 16 of 16 pairs already scored" in capsys.readouterr().err

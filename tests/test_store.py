@@ -99,6 +99,26 @@ def test_reads_to_a_device_decode_there_to_the_same_values(tmp_path, dtype):
             np.testing.assert_array_equal(on_device.numpy(), store.read_layers(layers, rows=rows))
 
 
+def test_reads_on_several_threads_at_once_each_get_their_own_rows(tmp_path):
+    """Each reading thread decodes from its own reused buffer (the probe phase reads groups on several threads):
+    reads of different rows at the same time give what each gives alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n, d = 600, 512
+    last = activations(n, layers=3, d=d, scale=5.0)
+    write_store(tmp_path / "s", make_keys(n), last, dtype="bfloat16", shard_size=300)
+    expected = torch.from_numpy(last).to(torch.bfloat16).float().numpy()
+    store = open_store(tmp_path / "s")
+    groups = [np.arange(a, a + 50) for a in range(0, n, 50)] * 4
+    device = torch.device("cpu")
+    with ThreadPoolExecutor(4) as pool:
+        reads = list(pool.map(lambda rows: (store.read_layers([0, 1, 2], rows=rows),
+                                            store.read_layers([1, 2], rows=rows, device=device)), groups))
+    for rows, (host, on_device) in zip(groups, reads):
+        np.testing.assert_array_equal(host, expected[rows])
+        np.testing.assert_array_equal(on_device.numpy(), expected[rows][:, 1:])
+
+
 def test_a_device_read_refuses_nan_naming_the_item(tmp_path):
     """The check of a read to a device runs there; a NaN is named by layer and item as on the host."""
     from babelprobe.probes.source import read_checked

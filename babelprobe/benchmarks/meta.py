@@ -61,6 +61,12 @@ from babelprobe.runtime import Runtime
 RULES = ("sum", "both", "first")
 ORDERS = ("gf", "bf")  # acceptable ("good") concept listed first, unacceptable ("bad") first
 PLACEHOLDERS = ("property", "word1", "word2")
+# Pairs per scoring chunk with prefix trees on an accelerator (`MetaScorer.chunk_pairs`): each tree level is a
+# few forward passes however many texts it holds, so a chunk of twice the pairs (its tree within
+# `prefix.CHUNK_KV_BYTES`) runs fewer passes per pair: 9,180 XCOMPS-sized pairs at the 8B shape, planned as on a
+# GPU, took 140 passes of 332k padded new tokens in chunks of 2,000 and 103 of 312k in chunks of 4,000
+# (README "Meta's trees of 4,000 pairs").
+TREE_CHUNK_PAIRS = 4000
 PROMPT_SETS = {"xcomps": "xcomps_meta", "xcomps-babelprobe": "xcomps_meta_babelprobe"}  # name -> data/prompts file
 CONCEPT_FIELDS = ("property", "acceptable_concept", "unacceptable_concept")
 
@@ -271,6 +277,14 @@ class MetaScorer:
 
     def __call__(self, items: pd.DataFrame) -> pd.DataFrame:
         return self.finish(self.run(self.prepare(items)))
+
+    @property
+    def chunk_pairs(self) -> int | None:
+        """Pairs per chunk of `runs.score_resumably`: `TREE_CHUNK_PAIRS` for prefix trees on an accelerator,
+        else None (the runs' default)."""
+        from babelprobe.benchmarks.core.prefix import past_budget
+
+        return TREE_CHUNK_PAIRS if self.share_prefix and past_budget(self.lm.device) is not None else None
 
     def prepare(self, items: pd.DataFrame):
         from babelprobe.benchmarks.core.logprobs import plan_logprobs

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 from functools import cache, cached_property
 from pathlib import Path
 
@@ -133,6 +134,26 @@ def _torch():
     import torch  # only where a read goes to a device: the store's other users need no torch
 
     return torch
+
+
+_STAGED = threading.local()  # each reading thread's buffer (probe groups are read on several threads at once)
+
+
+def _read_staged(ds, rows: slice, layers: slice, pinned: bool) -> np.ndarray:
+    """`ds[rows, layers, :]` read into this thread's reused buffer (page-locked when `pinned`: a copy to a GPU
+    from it is a DMA, not the driver's staged copy of pageable memory), valid until the thread's next read.
+    A fresh array per read costs its pages' faults: HDF5's reads of a bfloat16 store at the 8B width went from
+    2.0 to 3.6 GB/s here reused (README "Store reads")."""
+    shape = (rows.stop - rows.start, layers.stop - layers.start, ds.shape[2])
+    size = int(np.prod(shape)) * ds.dtype.itemsize
+    held = getattr(_STAGED, "buffer", None)
+    if held is None or held.nbytes < size or getattr(_STAGED, "pinned", False) != pinned:
+        held = _torch().empty(size, dtype=_torch().uint8, pin_memory=True).numpy() if pinned else \
+            np.empty(size, dtype=np.uint8)
+        _STAGED.buffer, _STAGED.pinned = held, pinned
+    out = held[:size].view(ds.dtype).reshape(shape)
+    ds.read_direct(out, np.s_[rows, layers, :])
+    return out
 
 
 def storage_dtype(dtype: str):
@@ -687,10 +708,13 @@ class Store:
             # consecutive rows (a group stored together): read exactly them, every layer in one call when the
             # layers are consecutive, decoded straight into `out` (a read holds at most one chunk's rows)
             span = _span(columns)
+            pinned = not isinstance(out, np.ndarray) and out.device.type == "cuda"
             for start, stop, at in runs:
                 target = out[at:at + stop - start]
-                if span is not None:
-                    _decode_to(ds[start:stop, span, :], dtype, target)
+                if span is not None and dtype == "float32" and isinstance(out, np.ndarray):
+                    ds.read_direct(target, np.s_[start:stop, span, :])  # no decoding: straight into the answer
+                elif span is not None:
+                    _decode_to(_read_staged(ds, slice(start, stop), span, pinned), dtype, target)
                 else:
                     for i, column in enumerate(columns):
                         _decode_to(ds[start:stop, column, :], dtype, target[:, i, :])

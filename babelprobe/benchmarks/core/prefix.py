@@ -42,7 +42,8 @@ from babelprobe.models import LoadedModel, cheapest_batches, pass_tokens, sync_f
 
 PAST_PER_TOKEN = 8  # accelerators: past tokens copied per token of the budget (KV memory, not compute)
 STACK_KV = True  # keep alike layers' keys and values in one tensor (False: per layer, as a dispatched model)
-CHUNK_KV_BYTES = 8 << 30  # accelerators: a chunk's kept keys and values at most (and 2 × budget × PAST_PER_TOKEN tokens)
+CHUNK_KV_BYTES = 16 << 30  # accelerators: a chunk's kept keys and values at most (and 2 × budget × PAST_PER_TOKEN
+# tokens): at the 8B shape 131,072 tokens, the tree of `meta.TREE_CHUNK_PAIRS` XCOMPS pairs (~126k distinct tokens)
 
 
 def past_budget(device: torch.device) -> int | None:
@@ -54,7 +55,7 @@ def kv_room(lm: LoadedModel) -> int | None:
     """Bytes that a chunk's kept keys and values, and separately a batch's copied past, may each take on a CUDA
     device: a quarter of its memory beyond the model's weights there (the rest: the batch's activations and
     projections, and PyTorch's cache). None elsewhere (no limit known: the constants hold). On an 80 GB GPU under
-    an 8B model in bfloat16 this is ~16 GB, above `CHUNK_KV_BYTES`; on a 24 GB one ~2 GB, where 8 GiB would not
+    an 8B model in bfloat16 this is ~16 GB, about `CHUNK_KV_BYTES`; on a 24 GB one ~2 GB, where 16 GiB would not
     fit."""
     total = _device_total(lm.device)
     if total is None:
@@ -92,8 +93,8 @@ def shared_prefix_logprobs(lm: LoadedModel, texts: list[str], score_from: list[i
     distinct tokens (default 2 × batch_tokens; on an accelerator `PAST_PER_TOKEN` times that, at most
     `CHUNK_KV_BYTES` of keys and values, and on CUDA at most `kv_room`, which also shortens the copied past);
     a chunk's keys and values, every layer's for every token, are kept until it is done (37 KB per token on
-    the default model: about 300 MB on a CPU; 128 KB per token at Llama-3.1-8B's shape in bfloat16: 8 GiB,
-    65k tokens, on a GPU). Sliding-window layers keep everything too; their window comes from the attention mask.
+    the default model: about 300 MB on a CPU; 128 KB per token at Llama-3.1-8B's shape in bfloat16: 16 GiB,
+    131k tokens, on a GPU). Sliding-window layers keep everything too; their window comes from the attention mask.
     `tests/test_meta_logprobs.py` checks the result against a plain forward pass, sliding layers included."""
     plan = plan_prefix(lm, texts, score_from, names, batch_tokens, truncate, chunk_tokens)
     return plan.collect(run_prefix(lm, plan, progress=progress).wait())
