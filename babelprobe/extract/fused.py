@@ -152,8 +152,10 @@ class StoreCapture:
         repeats = repeats or ChunkRepeats(set(), set(), [])
         texts = items["text"].tolist()
         rows_of_text: dict[str, list[int]] = {}
-        for item_id, text in zip(items["item_id"], texts):
-            rows_of_text.setdefault(text, []).append(int(self.row[item_id]))
+        # on the thread that drives the device, before the chunk's first batch: one lookup for all the items
+        # (one per item: 24 ms per 8,000 items here, 4 ms so; more beside the pipeline's other threads)
+        for row, text in zip(self.row.loc[items["item_id"].to_numpy()].to_numpy().tolist(), texts):
+            rows_of_text.setdefault(text, []).append(row)
         exclude_bos = self.lm.bos_policy == "bos"
         unique_rows = [rows_of_text[text] for text, _ in plan.unique]
         for (text, _), enc in zip(plan.unique, plan.encodings):
