@@ -376,3 +376,29 @@ def test_default_model_meta_matches_its_own_forward_pass(default_lm):
     assert not out["spans_join"].any() and (out["n_tokens_good"] >= 2).all()  # word + closing quote
     with pytest.raises(BabelprobeError, match="has no chat template"):  # the default model is a base model
         score_meta(default_lm, make_items(pairs[:1]), chat_template=True, progress=False)
+
+
+def test_prefix_trees_for_an_accelerator_take_chunks_of_tree_pairs_and_score_alike(tmp_path, monkeypatch):
+    """Planned as on an accelerator (`prefix.past_budget`), meta scores chunks of `TREE_CHUNK_PAIRS` pairs, the
+    first a quarter of them (`runs.FIRST_CHUNK_SHARE`); a CPU's plan keeps the runs' chunks. Either way a pair's
+    scores are its own prompts' (float32 rounding apart: the batches differ)."""
+    import babelprobe.benchmarks.core.prefix as prefix
+    import babelprobe.benchmarks.meta as meta
+    import babelprobe.runs as runs
+    from babelprobe.benchmarks.scoring import MetaSettings, score_pairs
+
+    lm, items = tiny_lm("llama", max_positions=256), make_items()  # 8 pairs
+    monkeypatch.setattr(runs, "CHUNK_PAIRS", 3)
+    monkeypatch.setattr(meta, "TREE_CHUNK_PAIRS", 4)
+    sizes, prepare = [], meta.MetaScorer.prepare
+    monkeypatch.setattr(meta.MetaScorer, "prepare", lambda self, chunk: sizes.append(chunk["pair_id"].nunique())
+                        or prepare(self, chunk))
+    on_cpu = score_pairs("meta", lm, items, tmp_path / "cpu.csv", MetaSettings(), batch_tokens=64, progress=False)
+    assert sizes == [1, 3, 3, 1]
+    sizes.clear()
+    monkeypatch.setattr(prefix, "past_budget", lambda device: prefix.PAST_PER_TOKEN)
+    on_gpu = score_pairs("meta", lm, items, tmp_path / "gpu.csv", MetaSettings(), batch_tokens=64, progress=False)
+    assert sizes == [1, 4, 3]
+    assert on_gpu["pair_id"].tolist() == on_cpu["pair_id"].tolist() == list(dict.fromkeys(items["pair_id"]))
+    for column in ("score_good", "score_bad"):
+        np.testing.assert_allclose(on_gpu[column], on_cpu[column], rtol=1e-5, atol=1e-5)
