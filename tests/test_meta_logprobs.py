@@ -311,3 +311,26 @@ def test_grouped_queries_attend_without_repeated_keys(build, monkeypatch):
     for s, e in zip(scored, expected):
         np.testing.assert_allclose(s.logprobs, e, atol=2e-5)
     assert calls and all(calls)
+
+
+@pytest.mark.parametrize("build", [llama_sdpa, MODELS["gemma3-mixed-sdpa"]], ids=["llama", "gemma3-mixed"])
+def test_a_pass_writes_its_keys_after_the_gathered_past_without_concatenating(build, monkeypatch):
+    """A batch's past is gathered with room for its new tokens, which the pass writes in place
+    (`prefix._in_place_layer`): transformers' layer never concatenates a past with new keys (made to fail here),
+    and the scores still equal the plain forward pass's, sliding layers included."""
+    from transformers.cache_utils import DynamicLayer
+
+    lm = build()
+    texts, starts = requests()
+    expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
+    update = DynamicLayer.update
+
+    def no_concatenation(self, key_states, value_states, *args, **kwargs):
+        if self.is_initialized and self.keys is not None and self.keys.numel():
+            raise AssertionError("a past was concatenated with new keys")
+        return update(self, key_states, value_states, *args, **kwargs)
+
+    monkeypatch.setattr(DynamicLayer, "update", no_concatenation)
+    scored = shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, chunk_tokens=50, progress=False)
+    for s, e in zip(scored, expected):
+        np.testing.assert_allclose(s.logprobs, e, atol=2e-5)

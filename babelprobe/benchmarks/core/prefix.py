@@ -25,6 +25,7 @@ The passes run under `models.sync_free_attention` (transformers' SDPA without it
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -380,7 +381,7 @@ def _run_segments(lm: LoadedModel, batch: dict, kept: _NodeKV):
     """One forward pass over a planned batch of segments, each after its own past (left-padded, from the node
     KV rows); keeps the segments' new keys and values and returns their hidden states."""
     device = lm.device
-    cache = kept.cache(batch["past_rows"], device)
+    cache = kept.cache(batch["past_rows"], batch["input_ids"].shape[1], device)
     inputs = {name: batch[name].to(device, non_blocking=True)
               for name in ("input_ids", "attention_mask", "position_ids")}
     hidden = lm.parts.body(**inputs, **lm.parts.cache_argument(cache), use_cache=True).last_hidden_state
@@ -402,34 +403,72 @@ def _filled(cache, past):
     return cache
 
 
+def _in_place_layer(keys: torch.Tensor, values: torch.Tensor, width_past: int):
+    """A cache layer over `keys` and `values` [B, H, P + W, D] whose first `width_past` columns hold the past:
+    the pass's `update` writes its W new tokens into the rest and returns the whole, where transformers' layer
+    would make a new tensor of the past and the new tokens (a copy of the copied past per layer and pass)."""
+    layer = _in_place_class()()
+    layer.device, layer.is_initialized, layer.whole = keys.device, True, (keys, values, width_past)
+    layer.keys, layer.values = keys[:, :, :width_past], values[:, :, :width_past]  # what the mask's sizes read
+    return layer
+
+
+@functools.cache
+def _in_place_class():
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):  # `_in_place_layer`
+        def update(self, key_states, value_states, *args, **kwargs):
+            keys, values, width_past = self.whole
+            keys[:, :, width_past:].copy_(key_states)
+            values[:, :, width_past:].copy_(value_states)
+            self.keys, self.values = keys, values
+            return keys, values
+
+    return InPlaceLayer
+
+
 class _NodeKV:
     """Every node's keys and values of one chunk (row 0, the root, is the padding row), kept between the
     tree's levels: one tensor [nodes, 2, layers, kv_heads, head_dim] when every layer's cache is alike and on
     one device (a few operations per batch, however many layers), else one [nodes, kv_heads, head_dim] pair
-    per layer (a model dispatched over devices keeps each layer's on that layer's device)."""
+    per layer (a model dispatched over devices keeps each layer's on that layer's device). Stacked, a batch's
+    past is gathered with room for its new tokens after it (`_in_place_layer`), and its new tokens are kept
+    from there in one operation."""
 
     def __init__(self, n_nodes: int):
         self.n_nodes = n_nodes
         self.stacked: torch.Tensor | None = None
         self.keys: list = []
         self.values: list = []
+        self.room: torch.Tensor | None = None  # the batch's [B, P + W, 2, L, H, D], between `cache` and `store`
 
-    def cache(self, past_rows: torch.Tensor | None, device):
+    def cache(self, past_rows: torch.Tensor | None, width_new: int, device):
         """A `DynamicCache` holding each row's past (`past_rows`: node ids, left-padded with the root)."""
         from transformers import DynamicCache
 
         cache = DynamicCache()  # plain layers: keeps every token; the mask applies sliding windows
+        self.room = None
         if past_rows is None:
             return cache
         index = past_rows.to(device, non_blocking=True)
         if self.stacked is not None:
-            past = self.stacked[index.to(self.stacked.device)].permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P, D]
-            return _filled(cache, zip(past[0].unbind(0), past[1].unbind(0)))
+            width_past = index.shape[1]
+            # the past's rows, then `width_new` of the root's as room for the new tokens (written by the pass)
+            self.room = self.stacked[torch.nn.functional.pad(index.to(self.stacked.device), (0, width_new))]
+            layers = self.room.permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P + W, D]
+            cache.layers.extend(_in_place_layer(k, v, width_past) for k, v in zip(layers[0].unbind(0),
+                                                                                 layers[1].unbind(0)))
+            return cache
         return _filled(cache, ((k[index.to(k.device)].transpose(1, 2), v[index.to(v.device)].transpose(1, 2))
                                for k, v in zip(self.keys, self.values)))
 
     def store(self, cache, width_past: int, rows: torch.Tensor, cols: torch.Tensor, nodes: torch.Tensor) -> None:
         """Keep the new tokens' keys and values (batch row, column) as the rows of their nodes."""
+        if self.room is not None:  # the pass wrote them after the past
+            self.stacked[nodes] = self.room[rows, cols + width_past]  # [tokens, 2, L, H, D]
+            self.room = None
+            return
         layers = cache.layers
         if self.stacked is None and not self.keys and STACK_KV:
             first = layers[0].keys
