@@ -199,7 +199,8 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         raise BabelprobeError(f"cannot write {out}: {err.strerror}") from None
     try:
         size = chunk_pairs or getattr(score, "chunk_pairs", None) or CHUNK_PAIRS
-        first = max(1, int(size * FIRST_CHUNK_SHARE)) if _steps(score)[0] is not None else size
+        steps = _steps(score) or ((lambda chunk: chunk), score, (lambda rows: rows))
+        first = max(1, int(size * FIRST_CHUNK_SHARE)) if _steps(score) else size
         done, size, first = _open_partial(partial, key, size, first)
         bounds = [0, *range(min(first, len(pair_ids)), len(pair_ids), size), len(pair_ids)]
         chunks = [pair_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
@@ -220,7 +221,7 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         rows_of = items.groupby(items[unit].map(chunk_of), sort=False).indices  # each chunk's rows, in the items' order
         with TokenMeter(model, bar):
             try:
-                pipelined([items.iloc[rows_of[index]] for index in todo], *_pipeline_steps(score), done=write)
+                pipelined([items.iloc[rows_of[index]] for index in todo], *steps, done=write)
             except Exception as err:
                 if not _out_of_memory(err):
                     raise
@@ -272,17 +273,12 @@ def _out_of_memory(err: Exception) -> bool:
     return isinstance(err, torch.OutOfMemoryError)
 
 
-def _steps(score) -> tuple:
-    """`score`'s prepare, run and finish steps (`pipeline.pipelined`): its own when it has them (a scorer
-    whose host work can overlap the device's), else (None, score, None): all of it in the run step."""
+def _steps(score) -> tuple | None:
+    """`score`'s own prepare, run and finish steps (`pipeline.pipelined`) when it has them (a scorer whose host
+    work can overlap the device's), else None (a plain function: all of it in the run step)."""
     if all(hasattr(score, name) for name in ("prepare", "run", "finish")):
         return score.prepare, score.run, score.finish
-    return None, score, None
-
-
-def _pipeline_steps(score) -> tuple:
-    prepare, run, finish = _steps(score)
-    return prepare or (lambda chunk: chunk), run, finish or (lambda rows: rows)
+    return None
 
 
 def _open_partial(partial: Path, key: dict, chunk_pairs: int, first: int) -> tuple[set[int], int, int]:
