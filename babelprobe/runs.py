@@ -199,8 +199,9 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         raise BabelprobeError(f"cannot write {out}: {err.strerror}") from None
     try:
         size = chunk_pairs or getattr(score, "chunk_pairs", None) or CHUNK_PAIRS
-        steps = _steps(score) or ((lambda chunk: chunk), score, (lambda rows: rows))
-        first = max(1, int(size * FIRST_CHUNK_SHARE)) if _steps(score) else size
+        own = _steps(score)
+        steps = own or ((lambda chunk: chunk), score, (lambda rows: rows))
+        first = max(1, int(size * FIRST_CHUNK_SHARE)) if own else size
         done, size, first = _open_partial(partial, key, size, first)
         bounds = [0, *range(min(first, len(pair_ids)), len(pair_ids), size), len(pair_ids)]
         chunks = [pair_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]

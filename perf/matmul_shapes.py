@@ -55,13 +55,16 @@ def measure(shape: str, device: torch.device, dtype: torch.dtype, passes: int, b
             x = inputs[w.shape[1]][:m]
             out[name]["first"].append(host_us(x, w))
             out[name]["again"].append(host_us(x, w))
-    buckets = sorted({-(-m // bucket) * bucket for m in fresh.tolist()})
+    def rounded(m: int) -> int:  # M up to the next multiple of the bucket
+        return -(-m // bucket) * bucket
+
+    buckets = sorted({rounded(m) for m in fresh.tolist()})
     for m in buckets:  # one pass over every bucket first: the shapes a run meets again and again
         for w in weights.values():
             host_us(inputs[w.shape[1]][:m], w)
     for m in fresh.tolist():
         for name, w in weights.items():
-            out[name]["bucketed"].append(host_us(inputs[w.shape[1]][:-(-m // bucket) * bucket], w))
+            out[name]["bucketed"].append(host_us(inputs[w.shape[1]][:rounded(m)], w))
     return {"fresh_m": len(fresh), "buckets": len(buckets), "by_shape": out}
 
 

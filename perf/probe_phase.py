@@ -75,11 +75,11 @@ def synthetic_store(pairs: int, layers: int, d_model: int, languages: int = len(
     return ArrayStore(keys, last=values, n_layers=layers - 1)
 
 
-def on_disk(store: ArrayStore, path: Path, dtype: str):
-    """`store` written as an activation store in `dtype` at `path`, opened."""
+def on_disk(store: ArrayStore, path: Path, dtype: str) -> Path:
+    """`store` written as an activation store in `dtype` at `path` (returned)."""
     write_store(path, store.keys, last=store.arrays["last"], layers=store.layers, dtype=dtype,
                 n_layers=store.n_layers)
-    return open_store(path)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         acts = args.acts or synthetic_store(args.pairs, args.layers, args.d_model, args.languages)
         if args.on_disk:
-            acts = on_disk(acts, Path(tmp) / "acts", args.on_disk).path
+            acts = on_disk(acts, Path(tmp) / "acts", args.on_disk)
         store = open_store(acts) if isinstance(acts, Path) else acts
         sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
         name = f"{args.acts or 'synthetic'}{f' ({args.on_disk} store)' if args.on_disk else ''}"
