@@ -222,7 +222,7 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         rows_of = items.groupby(items[unit].map(chunk_of), sort=False).indices  # each chunk's rows, in the items' order
         with TokenMeter(model, bar):
             try:
-                pipelined([items.iloc[rows_of[index]] for index in todo], *steps, done=write)
+                fresh = dict(zip(todo, pipelined([items.iloc[rows_of[index]] for index in todo], *steps, done=write)))
             except Exception as err:
                 if not _out_of_memory(err):
                     raise
@@ -233,7 +233,9 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
                     f"with a smaller --batch-tokens{f' (this run: {budget})' if budget else ''} to go on from them"
                 ) from err
         bar.close()
-        frames = [pd.read_parquet(partial / f"chunk-{i:05d}.parquet") for i in range(len(chunks))]
+        # this run's chunks as they are in memory (not read back while the device waits); earlier runs' from disk
+        frames = [fresh[i] if i in fresh else pd.read_parquet(partial / f"chunk-{i:05d}.parquet")
+                  for i in range(len(chunks))]
         result = pd.concat(frames, ignore_index=True) if frames else score(items)
         if together is not None and len(result):  # the items' order of units (a stable sort keeps each unit's rows)
             position = {pid: i for i, pid in enumerate(units)}

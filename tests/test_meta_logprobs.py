@@ -316,7 +316,7 @@ def test_grouped_queries_attend_without_repeated_keys(build, monkeypatch):
 @pytest.mark.parametrize("build", [llama_sdpa, MODELS["gemma3-mixed-sdpa"]], ids=["llama", "gemma3-mixed"])
 def test_a_pass_writes_its_keys_after_the_gathered_past_without_concatenating(build, monkeypatch):
     """A batch's past is gathered with room for its new tokens, which the pass writes in place
-    (`prefix._in_place_layer`): transformers' layer never concatenates a past with new keys (made to fail here),
+    (`prefix._in_place_layers`): transformers' layer never concatenates a past with new keys (made to fail here),
     and the scores still equal the plain forward pass's, sliding layers included."""
     from transformers.cache_utils import DynamicLayer
 

@@ -219,3 +219,33 @@ def test_a_scorer_in_three_steps_starts_with_a_small_chunk_and_resumes_an_older_
     rows = score_resumably(again, items, out, {"what": "test"}, chunk_pairs=4, progress=False)
     assert again.sizes == [4, 2]
     assert rows["pair_id"].tolist() == [f"p{k:02d}" for k in range(10)]
+
+
+def test_a_run_keeps_its_chunks_rows_in_memory_and_reads_back_only_an_earlier_runs(tiny, items, tmp_path,
+                                                                                   monkeypatch):
+    """The result of a run is its chunks' rows as they were finished (none read back from the partial directory
+    while the device waits), and equals, dtypes and all, a resumed run's, whose earlier chunks come from disk."""
+    from babelprobe.benchmarks.direct import DirectScorer
+
+    class Stopping(DirectScorer):  # interrupted after its first chunk
+        def run(self, prepared):
+            if self.ran:
+                raise KeyboardInterrupt
+            self.ran = True
+            return super().run(prepared)
+
+    read_parquet = pd.read_parquet
+    monkeypatch.setattr(pd, "read_parquet", lambda *a, **k: pytest.fail("a chunk of this run was read back"))
+    fresh = score_resumably(DirectScorer(tiny), items, tmp_path / "fresh.csv", {"what": "test"}, chunk_pairs=2,
+                            progress=False)
+    stopping = Stopping(tiny)
+    stopping.ran = False
+    with pytest.raises(KeyboardInterrupt):
+        score_resumably(stopping, items, tmp_path / "resumed.csv", {"what": "test"}, chunk_pairs=2, progress=False)
+    reads = []
+    monkeypatch.setattr(pd, "read_parquet", lambda *a, **k: reads.append(a[0]) or read_parquet(*a, **k))
+    resumed = score_resumably(DirectScorer(tiny), items, tmp_path / "resumed.csv", {"what": "test"}, chunk_pairs=2,
+                              progress=False)
+    assert [path.name for path in reads] == ["chunk-00000.parquet"]
+    pd.testing.assert_frame_equal(resumed, fresh)  # the same chunks: the same batches, the same numbers
+    pd.testing.assert_frame_equal(bp.read_table(tmp_path / "fresh.csv"), bp.read_table(tmp_path / "resumed.csv"))

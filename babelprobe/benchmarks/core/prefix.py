@@ -403,27 +403,34 @@ def _filled(cache, past):
     return cache
 
 
-def _in_place_layer(keys: torch.Tensor, values: torch.Tensor, width_past: int):
-    """A cache layer over `keys` and `values` [B, H, P + W, D] whose first `width_past` columns hold the past:
-    the pass's `update` writes its W new tokens into the rest and returns the whole, where transformers' layer
-    would make a new tensor of the past and the new tokens (a copy of the copied past per layer and pass)."""
-    layer = _in_place_class()()
-    layer.device, layer.is_initialized, layer.whole = keys.device, True, (keys, values, width_past)
-    layer.keys, layer.values = keys[:, :, :width_past], values[:, :, :width_past]  # what the mask's sizes read
-    return layer
+def _in_place_layers(room: torch.Tensor, width_past: int) -> list:
+    """Cache layers over a batch's gathered past with room after it (`room` [B, P + W, 2, L, H, D], its first
+    `width_past` columns the past): each layer's pass writes its W new tokens into the room (`update`) and
+    attends over the whole, where transformers' layer would make a new tensor of the past and the new tokens
+    (a copy of the copied past per layer and pass). Every layer's views come from a few operations on the
+    whole room, not several per layer (each one a dispatch on the host, as a kernel launch is)."""
+    whole = room.permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P + W, D]
+    views = [part.unbind(0) for part in (whole, whole[:, :, :, :, :width_past], whole[:, :, :, :, width_past:])]
+    layer_class = _in_place_class()
+    layers = []
+    for whole_kv, past_kv, new_kv in zip(*(zip(kv[0].unbind(0), kv[1].unbind(0)) for kv in views)):
+        layer = layer_class()
+        layer.device, layer.is_initialized, layer.whole, layer.new = room.device, True, whole_kv, new_kv
+        layer.keys, layer.values = past_kv  # what the mask's sizes read
+        layers.append(layer)
+    return layers
 
 
 @functools.cache
 def _in_place_class():
     from transformers.cache_utils import DynamicLayer
 
-    class InPlaceLayer(DynamicLayer):  # `_in_place_layer`
+    class InPlaceLayer(DynamicLayer):  # `_in_place_layers`
         def update(self, key_states, value_states, *args, **kwargs):
-            keys, values, width_past = self.whole
-            keys[:, :, width_past:].copy_(key_states)
-            values[:, :, width_past:].copy_(value_states)
-            self.keys, self.values = keys, values
-            return keys, values
+            self.new[0].copy_(key_states)
+            self.new[1].copy_(value_states)
+            self.keys, self.values = self.whole
+            return self.whole
 
     return InPlaceLayer
 
@@ -433,7 +440,7 @@ class _NodeKV:
     tree's levels: one tensor [nodes, 2, layers, kv_heads, head_dim] when every layer's cache is alike and on
     one device (a few operations per batch, however many layers), else one [nodes, kv_heads, head_dim] pair
     per layer (a model dispatched over devices keeps each layer's on that layer's device). Stacked, a batch's
-    past is gathered with room for its new tokens after it (`_in_place_layer`), and its new tokens are kept
+    past is gathered with room for its new tokens after it (`_in_place_layers`), and its new tokens are kept
     from there in one operation."""
 
     def __init__(self, n_nodes: int):
@@ -456,9 +463,7 @@ class _NodeKV:
             width_past = index.shape[1]
             # the past's rows, then `width_new` of the root's as room for the new tokens (written by the pass)
             self.room = self.stacked[torch.nn.functional.pad(index.to(self.stacked.device), (0, width_new))]
-            layers = self.room.permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P + W, D]
-            cache.layers.extend(_in_place_layer(k, v, width_past) for k, v in zip(layers[0].unbind(0),
-                                                                                 layers[1].unbind(0)))
+            cache.layers.extend(_in_place_layers(self.room, width_past))
             return cache
         return _filled(cache, ((k[index.to(k.device)].transpose(1, 2), v[index.to(v.device)].transpose(1, 2))
                                for k, v in zip(self.keys, self.values)))
