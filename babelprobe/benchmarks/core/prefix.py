@@ -410,10 +410,15 @@ def _in_place_layers(room: torch.Tensor, width_past: int) -> list:
     (a copy of the copied past per layer and pass). Every layer's views come from a few operations on the
     whole room, not several per layer (each one a dispatch on the host, as a kernel launch is)."""
     whole = room.permute(2, 3, 0, 4, 1, 5)  # [2, L, B, H, P + W, D]
-    views = [part.unbind(0) for part in (whole, whole[:, :, :, :, :width_past], whole[:, :, :, :, width_past:])]
+
+    def per_layer(part):  # each layer's (keys, values) views of `part`
+        keys, values = part.unbind(0)
+        return zip(keys.unbind(0), values.unbind(0))
+
     layer_class = _in_place_class()
     layers = []
-    for whole_kv, past_kv, new_kv in zip(*(zip(kv[0].unbind(0), kv[1].unbind(0)) for kv in views)):
+    for whole_kv, past_kv, new_kv in zip(per_layer(whole), per_layer(whole[..., :width_past, :]),
+                                         per_layer(whole[..., width_past:, :])):
         layer = layer_class()
         layer.device, layer.is_initialized, layer.whole, layer.new = room.device, True, whole_kv, new_kv
         layer.keys, layer.values = past_kv  # what the mask's sizes read
