@@ -125,8 +125,10 @@ def test_the_heap_is_frozen_while_it_runs_and_thawed_after_it():
         frozen = gc.get_freeze_count()
         assert gc.get_threshold() == (*thresholds[:2], max(thresholds[2], FULL_PASS_EVERY))  # full passes rarer
         inner = pipelined([1, 2], lambda c: c, run, lambda c: c)  # a block inside: it leaves the heap frozen
-        assert gc.get_freeze_count() == frozen >= len(alive)
-    assert all(count == frozen for count, _ in inner) and all(collected >= 1 for _, collected in inner)
+        # neither thawed nor frozen again by the block inside (at most fewer: a frozen object that dies, e.g. an
+        # earlier test's thread finishing on its own, leaves the frozen generation)
+        assert len(alive) <= gc.get_freeze_count() <= frozen
+    assert all(len(alive) <= count <= frozen for count, _ in inner) and all(collected >= 1 for _, collected in inner)
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
     def fails(chunk):
