@@ -25,7 +25,9 @@ sooner (meta scoring of 9,180 pairs on perf/simulated.py's 8B stand-in: wall ÷ 
 median of 6 runs each, 1.36 at 5 ms and 1.31 at 0.2 ms). Taking turns still costs a real model's launches
 most: a transformers Llama forward launches a few dozen operators per layer, each one a turn, and
 `perf/gil.py` measures its 32 layers' launches 2.3x slower beside the producer's `MetaScorer.prepare` (2.7x
-beside the finishing step) than alone; a producer in a process of its own would not take those turns.
+beside the finishing step) than alone; a producer in a process of its own would not take those turns,
+but on perf/simulated.py's device it gained nothing and cost seconds of CPU a run (README, "A producer
+process, tried"): the producer's own Python is kept small instead (`prefix._PrefixTree`: arrays).
 `runs.score_resumably` runs a plain scoring function whole in the run step.
 """
 

@@ -124,6 +124,49 @@ def test_segment_batches_within_budget_at_the_cheapest_cuts(past):
     assert all(len(set(lengths[b].tolist())) == 1 for b in batches)
 
 
+def test_prefix_tree_against_a_trie_of_prefixes():
+    """The tree of sorted sequences (built from arrays) against a trie built from the distinct prefixes
+    themselves: one node per distinct prefix, each token of each sequence at its prefix's node, a node's parent
+    its prefix less one token, nodes numbered in the order their prefixes first come (depth first), and the
+    segments (chains without branches) at their depth among segments; with repeated, nested and empty-tailed
+    sequences, a few tokens wide (many shared starts) and many."""
+    from babelprobe.benchmarks.core.prefix import _common_prefixes, _padded, _PrefixTree
+
+    rng = np.random.default_rng(11)
+    for trial in range(30):
+        vocab = int(rng.choice([2, 3, 50]))
+        sequences = [tuple(rng.integers(0, vocab, size=rng.integers(1, 9)).tolist()) for _ in range(rng.integers(1, 40))]
+        sequences += [sequences[0], sequences[-1][:1]]  # a repeat and a prefix of another
+        sequences.sort()
+        tree = _PrefixTree(_padded([[*s, 7] for s in sequences]), np.array([len(s) for s in sequences]),
+                           np.array(_common_prefixes(sequences)))
+        prefixes = list(dict.fromkeys(s[:j + 1] for s in sequences for j in range(len(s))))  # first-come order
+        node = {prefix: k + 1 for k, prefix in enumerate(prefixes)}
+        assert tree.n_nodes == len(prefixes) + 1
+        for k, s in enumerate(sequences):
+            assert tree.paths[k, :len(s)].tolist() == [node[s[:j + 1]] for j in range(len(s))]
+            assert (tree.paths[k, len(s):] == -1).all()
+        assert tree.parent.tolist() == [-1] + [node.get(p[:-1], 0) for p in prefixes]
+        assert tree.token[1:].tolist() == [p[-1] for p in prefixes]
+        assert tree.depth[1:].tolist() == [len(p) - 1 for p in prefixes]
+        children = {}
+        for p in prefixes:
+            children.setdefault(p[:-1], []).append(p)
+        starts = [p for p in prefixes if len(p) == 1 or len(children[p[:-1]]) > 1]  # a segment starts here
+        level = {}
+        for p in starts:  # prefixes come parents first
+            above = next((p[:j] for j in range(len(p) - 1, 0, -1) if p[:j] in level), None)
+            level[p] = 0 if above is None else level[above] + 1
+        for depth, (firsts, lengths) in enumerate(tree.levels):
+            assert firsts.tolist() == [node[p] for p in starts if level[p] == depth]
+            for first, length in zip(firsts.tolist(), lengths.tolist()):  # a chain of single children
+                chain = [prefixes[first - 1]]
+                while len(children.get(chain[-1], [])) == 1 and children[chain[-1]][0] not in level:
+                    chain.append(children[chain[-1]][0])
+                assert length == len(chain), trial
+        assert sum(len(firsts) for firsts, _ in tree.levels) == len(starts)
+
+
 @pytest.mark.parametrize(("room_budgets", "past", "chunk_budgets"), [(None, 8, 16), (3, 3, 3), (0.5, 1, 2)],
                          ids=["ample", "small-gpu", "tiny-gpu"])
 def test_accelerator_plans_fit_the_device_memory(tiny, monkeypatch, room_budgets, past, chunk_budgets):

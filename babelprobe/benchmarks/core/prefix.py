@@ -150,9 +150,10 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
     chunks, slots = [], []
     for lo, hi in _prefix_chunks([len(inputs[i]) for i in order], common, chunk_tokens):
         chunk = order[lo:hi]
-        tree = _PrefixTree([inputs[i] for i in chunk], [0, *common[lo + 1:hi]])
-        batches = _plan_tree(tree, [encodings[i].ids for i in chunk], [targets[i] for i in chunk],
-                             first_slot[chunk], batch_tokens, past, pass_tokens(lm.device), lm.pad_token_id, pin)
+        ids = _padded([encodings[i].ids for i in chunk])  # a chunk's texts as rows of one array
+        tree = _PrefixTree(ids, np.array([len(inputs[i]) for i in chunk]), np.array([0, *common[lo + 1:hi]]))
+        batches = _plan_tree(tree, ids, [targets[i] for i in chunk], first_slot[chunk], batch_tokens, past,
+                             pass_tokens(lm.device), lm.pad_token_id, pin)
         slots += [batch["slots"] for batch in batches if batch["slots"] is not None]
         chunks.append((tree.n_nodes, batches))
     return PrefixPlan(list(texts), score_from, unique, encodings, targets, chunks,
@@ -196,6 +197,15 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
         return Readback(torch.cat(pending) if pending else torch.zeros(0, dtype=torch.float64))
 
 
+def _padded(sequences: list[list[int]]) -> np.ndarray:
+    """Token sequences as rows of one array, -1 after each one's end."""
+    lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
+    out = np.full((len(sequences), int(lengths.max(initial=0))), -1, dtype=np.int64)
+    out[np.arange(out.shape[1]) < lengths[:, None]] = np.fromiter(
+        (token for seq in sequences for token in seq), dtype=np.int64, count=int(lengths.sum()))
+    return out
+
+
 def _common_prefixes(sequences: list[tuple]) -> list[int]:
     """How many leading tokens each sequence shares with the one before it (0 for the first). Sorted, a
     sequence's longest common prefix with any earlier one is the one with its predecessor."""
@@ -227,24 +237,25 @@ class _PrefixTree:
     Each sequence shares the nodes of the tokens it has in common with the one before it and adds a node per
     further token, so nodes are numbered depth first: a node's first child is the next node, and a chain of
     nodes without branches (a segment, run as one piece after its parent) is a run of consecutive nodes.
-    `paths[k]` holds the nodes of sequence k (node of its token j at index j); `levels` the segments, as
-    (first node, length) arrays, by depth in the tree of segments (level 0 starts at the root)."""
+    `rows` holds the sequences' tokens (`_padded`; the first `lengths` of each are the sequence), `common` how
+    many each shares with the one before. `paths[k, j]` is the node of sequence k's token j (-1 after its end);
+    `levels` the segments, as (first node, length) arrays, by depth in the tree of segments (level 0 starts at
+    the root)."""
 
-    def __init__(self, sequences: list[tuple[int, ...]], common: list[int]):
-        parent, token, depth, creator, self.paths = [-1], [0], [0], [-1], []
-        previous: list[int] = []
-        for k, (seq, shared) in enumerate(zip(sequences, common)):
-            first, new = len(parent), len(seq) - shared
-            if new:
-                parent += [previous[shared - 1] if shared else 0, *range(first, first + new - 1)]
-                token += seq[shared:]
-                depth += range(shared, len(seq))
-                creator += [k] * new
-            previous = previous[:shared] + list(range(first, first + new))
-            self.paths.append(previous)
-        self.n_nodes = len(parent)
-        self.parent, self.token = np.array(parent), np.array(token, dtype=np.int64)
-        self.depth, self.creator = np.array(depth), np.array(creator)
+    def __init__(self, rows: np.ndarray, lengths: np.ndarray, common: np.ndarray):
+        n, columns = len(rows), np.arange(rows.shape[1])
+        new = lengths - common
+        first = 1 + np.cumsum(new) - new  # each sequence's first new node
+        # token j of sequence k is the node made by the last sequence k' <= k whose new tokens start by j (the
+        # sequences between share more than j tokens with their predecessors: token j is the same in all)
+        made = np.maximum.accumulate(np.where(common[:, None] <= columns, np.arange(n)[:, None], -1), axis=0)
+        self.paths = np.where(columns < lengths[:, None], first[made] + columns - common[made], -1)
+        creator = np.repeat(np.arange(n), new)
+        depth = np.arange(len(creator)) - np.repeat(first - 1, new) + common[creator]
+        self.n_nodes = 1 + len(creator)
+        self.parent = np.concatenate([[-1], np.where(depth > 0, self.paths[creator, np.maximum(depth - 1, 0)], 0)])
+        self.token = np.concatenate([[0], rows[creator, depth]])
+        self.depth, self.creator = np.concatenate([[0], depth]), np.concatenate([[-1], creator])
         self.levels = self._segments()
 
     def _segments(self) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -253,32 +264,27 @@ class _PrefixTree:
         starts = nodes[(self.parent[1:] == 0) | (n_children[self.parent[1:]] != 1)]
         lengths = np.diff(np.append(starts, self.n_nodes))
         segment_of = np.cumsum(np.isin(np.arange(self.n_nodes), starts)) - 1  # node -> its segment
-        level = np.zeros(len(starts), dtype=np.int64)
-        for j, start in enumerate(starts.tolist()):  # parents come first
-            up = self.parent[start]
-            level[j] = 0 if up == 0 else level[segment_of[up]] + 1
+        above = np.where(self.parent[starts] == 0, -1, segment_of[self.parent[starts]])  # the parent segment
+        level, up = np.zeros(len(starts), dtype=np.int64), above
+        while (going := up >= 0).any():  # a step up the tree of segments at a time (its depth: a few steps)
+            level += going
+            up = np.where(going, above[np.maximum(up, 0)], -1)
         return [(starts[level == d], lengths[level == d]) for d in range(int(level.max(initial=-1)) + 1)]
 
-    def past(self, start: int) -> list[int]:
-        """The nodes before node `start`, from the root's first token on."""
-        return self.paths[self.creator[start]][:self.depth[start]]
 
-
-def _plan_tree(tree: _PrefixTree, ids: list[list[int]], targets: list[list[int]], first_slot: np.ndarray,
+def _plan_tree(tree: _PrefixTree, ids: np.ndarray, targets: list[list[int]], first_slot: np.ndarray,
                batch_tokens: int, past: int | None, pass_cost: int, pad_id: int, pin: bool) -> list[dict]:
     """Every batch of the tree, level by level, as host tensors: the segments' tokens after their left-padded
     past (node rows of the kept KV), and the states to project with the tokens they predict."""
     # every scored token: the node whose state predicts it, its slot among all scored tokens, the token;
     # ordered by node, and by text and position within a node
-    node, slot, token = [], [], []
-    for k, positions in enumerate(targets):
-        path, row = tree.paths[k], ids[k]
-        node += [path[p - 1] for p in positions]
-        slot += range(int(first_slot[k]), int(first_slot[k]) + len(positions))
-        token += [row[p] for p in positions]
-    by_node = np.argsort(np.array(node, dtype=np.int64), kind="stable")
-    needed = (np.array(node, dtype=np.int64)[by_node], np.array(slot, dtype=np.int64)[by_node],
-              np.array(token, dtype=np.int64)[by_node])
+    counts = np.fromiter(map(len, targets), dtype=np.int64, count=len(targets))
+    text = np.repeat(np.arange(len(targets)), counts)
+    position = np.fromiter((p for positions in targets for p in positions), dtype=np.int64, count=int(counts.sum()))
+    node = tree.paths[text, position - 1]
+    slot = np.repeat(first_slot - (np.cumsum(counts) - counts), counts) + np.arange(len(text))
+    by_node = np.argsort(node, kind="stable")
+    needed = (node[by_node], slot[by_node], ids[text, position][by_node])
     batches = []
     for starts, lengths in tree.levels:
         for rows in _segment_batches(lengths, tree.depth[starts], batch_tokens, past, pass_cost):
@@ -291,10 +297,8 @@ def _plan_batch(tree: _PrefixTree, starts: np.ndarray, lengths: np.ndarray, need
     """One batch's host tensors (segments given by first node and length)."""
     past_lengths = tree.depth[starts]
     n, width_past, width_new = len(starts), int(past_lengths.max()), int(lengths.max())
-    past_rows = np.zeros((n, width_past), dtype=np.int64)
-    for r, start in enumerate(starts.tolist()):
-        path = tree.past(start)
-        past_rows[r, width_past - len(path):] = path
+    at = np.arange(width_past) - (width_past - past_lengths)[:, None]  # past column -> the path's token
+    past_rows = np.where(at >= 0, tree.paths[tree.creator[starts][:, None], np.maximum(at, 0)], 0)
     columns = np.arange(width_new)
     inside = columns < lengths[:, None]
     input_ids = np.where(inside, tree.token[np.minimum(starts[:, None] + columns, tree.n_nodes - 1)], pad_id)
@@ -304,7 +308,7 @@ def _plan_batch(tree: _PrefixTree, starts: np.ndarray, lengths: np.ndarray, need
     nodes = starts[rows] + cols
     need_node, need_slot, need_token = needed
     lo, hi = np.searchsorted(need_node, starts), np.searchsorted(need_node, starts + lengths)
-    picked = np.concatenate([np.arange(a, b) for a, b in zip(lo.tolist(), hi.tolist())]) if n else np.zeros(0, int)
+    picked = np.arange(int((hi - lo).sum())) + np.repeat(lo - (np.cumsum(hi - lo) - (hi - lo)), hi - lo)
     # a node predicting several scored tokens (a prompt's last one: each answer's first) is projected once
     first = np.diff(need_node[picked], prepend=-1) != 0
     need_rows = np.repeat(np.arange(n), hi - lo)[first]
