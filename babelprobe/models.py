@@ -246,11 +246,11 @@ class LoadedModel:
 
         A text longer than the context is an error naming it, unless `truncate` (then it keeps the
         first `max_length` tokens and the encoding says so)."""
-        out = []
-        bos = [self.bos_token_id] if self.bos_token_id is not None else []
+        out, bos = [], self.bos_token_id
         for i, (ids, offs) in enumerate(tokenize(self.tokenizer, texts)):
-            if bos:
-                ids, offs = bos + ids, [(0, 0), *offs]
+            if bos is not None:  # into the tokenizer's fresh lists: a copy of each costs more than tokenising
+                ids.insert(0, bos)
+                offs.insert(0, (0, 0))
             too_long = len(ids) > self.max_length
             if too_long and not truncate:
                 name = names[i] if names is not None else f"#{i}"
