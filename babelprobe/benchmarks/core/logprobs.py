@@ -217,7 +217,8 @@ def _distinct_requests(lm: LoadedModel, texts: list[str], score_from: list[int] 
 def _scored_positions(enc: Encoding, score_from: int) -> list[int]:
     """Token positions to score: never position 0 (BOS, or under the 'none' policy a first token with
     nothing to condition on), and only tokens that end after `score_from`."""
-    return [p for p in range(1, len(enc.ids)) if enc.offsets[p][1] > score_from]
+    offsets = enc.offsets
+    return [p for p in range(1, len(offsets)) if offsets[p][1] > score_from]
 
 
 def _score_batch(lm: LoadedModel, inputs: dict[str, torch.Tensor], batch: dict, during=None) -> torch.Tensor:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 import torch
@@ -201,8 +202,8 @@ def _padded(sequences: list[list[int]]) -> np.ndarray:
     """Token sequences as rows of one array, -1 after each one's end."""
     lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
     out = np.full((len(sequences), int(lengths.max(initial=0))), -1, dtype=np.int64)
-    out[np.arange(out.shape[1]) < lengths[:, None]] = np.fromiter(
-        (token for seq in sequences for token in seq), dtype=np.int64, count=int(lengths.sum()))
+    out[np.arange(out.shape[1]) < lengths[:, None]] = np.fromiter(chain.from_iterable(sequences), dtype=np.int64,
+                                                                  count=int(lengths.sum()))
     return out
 
 
@@ -280,7 +281,7 @@ def _plan_tree(tree: _PrefixTree, ids: np.ndarray, targets: list[list[int]], fir
     # ordered by node, and by text and position within a node
     counts = np.fromiter(map(len, targets), dtype=np.int64, count=len(targets))
     text = np.repeat(np.arange(len(targets)), counts)
-    position = np.fromiter((p for positions in targets for p in positions), dtype=np.int64, count=int(counts.sum()))
+    position = np.fromiter(chain.from_iterable(targets), dtype=np.int64, count=int(counts.sum()))
     node = tree.paths[text, position - 1]
     slot = np.repeat(first_slot - (np.cumsum(counts) - counts), counts) + np.arange(len(text))
     by_node = np.argsort(node, kind="stable")
