@@ -117,13 +117,13 @@ class PrefixPlan:
     n_tokens: int
 
     def collect(self, flat: np.ndarray) -> list[TokenLogprobs]:
-        values = np.zeros(sum(len(t) for t in self.targets))
+        ends = np.cumsum([len(t) for t in self.targets]).tolist()
+        values = np.zeros(ends[-1] if ends else 0)
         values[self.slots] = flat
-        pieces = np.split(values, np.cumsum([len(t) for t in self.targets])[:-1])
         results = [TokenLogprobs(ids=[enc.ids[p] for p in positions], offsets=[enc.offsets[p] for p in positions],
-                                 logprobs=lp, truncated=enc.truncated,
+                                 logprobs=values[end - len(positions):end], truncated=enc.truncated,
                                  spans_join=bool(positions) and enc.offsets[positions[0]][0] < start)
-                   for enc, positions, (_, start), lp in zip(self.encodings, self.targets, self.unique, pieces)]
+                   for enc, positions, (_, start), end in zip(self.encodings, self.targets, self.unique, ends)]
         index = {key: i for i, key in enumerate(self.unique)}
         return [results[index[key]] for key in zip(self.texts, self.score_from)]
 
