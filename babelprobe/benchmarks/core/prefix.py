@@ -207,6 +207,11 @@ def _padded(sequences: list[list[int]]) -> np.ndarray:
     return out
 
 
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The ranges [starts[i], starts[i] + counts[i]) one after another (a concatenation of aranges, no loop)."""
+    return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+
+
 def _common_prefixes(sequences: list[tuple]) -> list[int]:
     """How many leading tokens each sequence shares with the one before it (0 for the first). Sorted, a
     sequence's longest common prefix with any earlier one is the one with its predecessor."""
@@ -252,7 +257,7 @@ class _PrefixTree:
         made = np.maximum.accumulate(np.where(common[:, None] <= columns, np.arange(n)[:, None], -1), axis=0)
         self.paths = np.where(columns < lengths[:, None], first[made] + columns - common[made], -1)
         creator = np.repeat(np.arange(n), new)
-        depth = np.arange(len(creator)) - np.repeat(first - 1, new) + common[creator]
+        depth = _ranges(common, new)  # sequence k's new nodes hold its tokens common[k], ..., lengths[k] - 1
         self.n_nodes = 1 + len(creator)
         self.parent = np.concatenate([[-1], np.where(depth > 0, self.paths[creator, np.maximum(depth - 1, 0)], 0)])
         self.token = np.concatenate([[0], rows[creator, depth]])
@@ -283,7 +288,7 @@ def _plan_tree(tree: _PrefixTree, ids: np.ndarray, targets: list[list[int]], fir
     text = np.repeat(np.arange(len(targets)), counts)
     position = np.fromiter(chain.from_iterable(targets), dtype=np.int64, count=int(counts.sum()))
     node = tree.paths[text, position - 1]
-    slot = np.repeat(first_slot - (np.cumsum(counts) - counts), counts) + np.arange(len(text))
+    slot = _ranges(first_slot, counts)
     by_node = np.argsort(node, kind="stable")
     needed = (node[by_node], slot[by_node], ids[text, position][by_node])
     batches = []
@@ -305,11 +310,10 @@ def _plan_batch(tree: _PrefixTree, starts: np.ndarray, lengths: np.ndarray, need
     input_ids = np.where(inside, tree.token[np.minimum(starts[:, None] + columns, tree.n_nodes - 1)], pad_id)
     mask = np.concatenate([np.arange(width_past) >= (width_past - past_lengths)[:, None], inside], axis=1)
     rows = np.repeat(np.arange(n), lengths)
-    cols = np.arange(len(rows)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    nodes = starts[rows] + cols
+    cols, nodes = _ranges(np.zeros_like(lengths), lengths), _ranges(starts, lengths)
     need_node, need_slot, need_token = needed
     lo, hi = np.searchsorted(need_node, starts), np.searchsorted(need_node, starts + lengths)
-    picked = np.arange(int((hi - lo).sum())) + np.repeat(lo - (np.cumsum(hi - lo) - (hi - lo)), hi - lo)
+    picked = _ranges(lo, hi - lo)
     # a node predicting several scored tokens (a prompt's last one: each answer's first) is projected once
     first = np.diff(need_node[picked], prepend=-1) != 0
     need_rows = np.repeat(np.arange(n), hi - lo)[first]
