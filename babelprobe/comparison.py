@@ -34,6 +34,7 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
 from babelprobe.extract.settings import DTYPES as STORE_DTYPES
 from babelprobe.inputs import check_inputs
+from babelprobe.pipeline import frozen_heap
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
 from babelprobe.probes.settings import ProbeSettings, describe
 from babelprobe.runs import LAYOUTS, check_identity, check_kind
@@ -136,13 +137,9 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     activation store to use or create (default OUT/acts); `backend`: its extraction backend. `runtime`: the
     model (a spec is loaded after the checks; the paper protocol loads float16 on CUDA) and the running
     options (`batch_tokens` for the scoring and the extraction alike), or their keywords."""
-    from babelprobe.analysis import methods
     from babelprobe.benchmarks.meta import CONCEPT_FIELDS, prompts_digest
-    from babelprobe.benchmarks.scoring import score_pairs
     from babelprobe.items import items_hash, load_items, probe_target, strongest_distractor, to_pairs
-    from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.runs import open_run
-    from babelprobe.tables import read_table
 
     out = Path(out)
     check_kind(out, "compare", "compare")
@@ -183,6 +180,20 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
                    manifest=MANIFEST, overwrite=runtime.overwrite,
                    outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()), what=WHAT)
 
+    with frozen_heap():  # what is loaded (model, tokenizer, items) out of the collector's full passes
+        return _stages(lm, run, items, out, acts, settings, runtime, backend, source, digest, asks_meta)
+
+
+def _stages(lm, run, items: pd.DataFrame, out: Path, acts: Path, settings: CompareSettings, runtime: Runtime,
+            backend: str, source: dict | None, digest: str | None, asks_meta: bool) -> CompareResult:
+    """`compare`'s stages, once its inputs are checked and its model loaded: each one run or reused (`run.stage`),
+    then the per-pair join, the summary tables and the figures."""
+    from babelprobe.analysis import methods
+    from babelprobe.benchmarks.scoring import score_pairs
+    from babelprobe.probes import ProbeResult, probe
+    from babelprobe.probes.pairs import neuro_pairs
+    from babelprobe.tables import read_table
+
     def scored(method: str, scorer_settings):
         """Score in chunks kept beside the table, so an interrupted compare resumes mid-stage."""
         return lambda: score_pairs(method, lm, items, out / f"{method}.csv", scorer_settings,
@@ -201,8 +212,6 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
                                  dtype=settings.new_store_dtype, backend=backend, source=source,
                                  batch_tokens=runtime.batch_tokens, progress=runtime.progress,
                                  written=fused)
-    from babelprobe.probes import ProbeResult, probe
-
     probe_settings = {"store": str(acts.resolve()), "store_digest": store_digest, **settings.stage("neuro")}
 
     def probe_now():

@@ -56,25 +56,27 @@ def switching(interval: float = SWITCH_INTERVAL):
 
 
 _FROZEN = {"depth": 0, "lock": threading.Lock(), "thresholds": (700, 10, 10)}
-FULL_PASS_EVERY = 100  # middle-generation passes before a full one is considered, while frozen (Python: 10)
+FULL_PASS_EVERY = 1000  # middle-generation passes before a full one is considered, while frozen (Python: 10)
 
 
 @contextmanager
 def frozen_heap():
-    """The objects alive when the block starts left out of the garbage collector's passes inside it (`gc.freeze`,
-    undone at the end, outermost block only), and full passes over the rest rarer (`FULL_PASS_EVERY`). A full
-    pass stops every thread while it walks the tracked objects: with a model, a tokenizer and a run's items
-    loaded that took 0.3-0.5 s each, 20 of them in meta scoring's 32 s at a quarter of XCOMPS on
-    perf/simulated.py's 1B stand-in, the device idle (vLLM and SGLang freeze their heap after warm-up for the same
-    reason). Frozen, a full pass walks only what the run made (the chunks in flight: ~66,000 objects, mostly
-    their encodings) but came 4 times a chunk, since a full pass is due when a quarter as many objects as it
-    walked last time have outlived the young passes."""
+    """The objects alive when the block starts left out of the garbage collector's passes inside it (`gc.freeze`;
+    a block inside another freezes what the outer one made so far; all thawed when the outermost block ends), and
+    full passes over the rest rarer (`FULL_PASS_EVERY`). A full pass stops every thread while it walks the tracked
+    objects: with a model, a tokenizer and a run's items loaded that took 0.3-0.5 s each, 20 of them in meta
+    scoring's 32 s at a quarter of XCOMPS on perf/simulated.py's 1B stand-in, the device idle (vLLM and SGLang
+    freeze their heap after warm-up for the same reason). Frozen, a full pass walks only what the run made (the
+    chunks in flight, mostly their encodings: 0.06-0.2 s) but is due whenever a quarter as many objects as it
+    walked last time have outlived the young passes: 4 times a chunk at Python's thresholds, about once a chunk
+    after 100 middle passes, once in the 17 chunks of a quarter of XCOMPS after 1,000 (README). The garbage that
+    only a full pass frees is rare here (~130 objects in meta scoring of 9,180 pairs)."""
     with _FROZEN["lock"]:
         if _FROZEN["depth"] == 0:
             _FROZEN["thresholds"] = gc.get_threshold()
             young, middle, full = _FROZEN["thresholds"]
-            gc.freeze()
             gc.set_threshold(young, middle, max(full, FULL_PASS_EVERY))
+        gc.freeze()
         _FROZEN["depth"] += 1
     try:
         yield
