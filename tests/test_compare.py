@@ -105,6 +105,20 @@ def test_other_meta_wording_reruns_meta_only(first_run, tmp_path, monkeypatch):
     assert (again.per_method["meta"]["prompt_set"] == "xcomps-babelprobe").all()
 
 
+def test_the_stages_run_with_the_heap_alive_before_them_frozen(first_run, monkeypatch):
+    """compare's stages and its tables run inside `pipeline.frozen_heap` (the collector's full passes leave out the
+    model, tokenizer and items), and the heap is thawed when it returns."""
+    import gc
+
+    lm, out, _ = first_run
+    frozen, write = [], CompareResult.write
+    monkeypatch.setattr(CompareResult, "write",
+                        lambda self, path: frozen.append(gc.get_freeze_count()) or write(self, path))
+    compare(lm, items_frame(), out, folds=3, progress=False)
+    assert len(frozen) == 1 and frozen[0] > 0
+    assert gc.get_freeze_count() == 0
+
+
 def test_another_model_is_refused_without_overwrite(first_run):
     _, out, _ = first_run
     with pytest.raises(BabelprobeError, match="holds a comparison of another model or item set"):

@@ -254,3 +254,24 @@ def test_a_run_keeps_its_chunks_rows_in_memory_and_reads_back_only_an_earlier_ru
     assert [path.name for path in reads] == ["chunk-00000.parquet"]
     assert (tmp_path / "fresh.csv").read_bytes() == (tmp_path / "resumed.csv").read_bytes()  # the same chunks and batches
     pd.testing.assert_frame_equal(resumed, fresh, check_dtype=scorer == "direct")
+
+
+def test_a_run_scores_and_writes_its_table_with_the_heap_alive_before_it_frozen(tmp_path, monkeypatch):
+    """The chunks are scored and the final table written inside `pipeline.frozen_heap` (a full collector pass
+    there walks only what the run made); the heap is thawed when the run returns."""
+    import gc
+
+    import babelprobe.runs as runs
+
+    items = pd.DataFrame({"pair_id": [f"p{k}" for k in range(4)], "item_id": [f"i{k}" for k in range(4)]})
+    frozen, write_table = [], runs.write_table
+    monkeypatch.setattr(runs, "write_table", lambda rows, out: frozen.append(gc.get_freeze_count()) or
+                        write_table(rows, out))
+
+    def score(chunk):
+        frozen.append(gc.get_freeze_count())
+        return chunk.assign(score=1.0)
+
+    rows = score_resumably(score, items, tmp_path / "rows.csv", {"what": "test"}, chunk_pairs=2, progress=False)
+    assert len(rows) == 4 and len(frozen) == 3 and min(frozen) > 0  # two chunks, then the table
+    assert gc.get_freeze_count() == 0
