@@ -181,18 +181,21 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
                    outputs=("direct.csv", "meta.csv", "acts", *OUTPUTS.values()), what=WHAT)
 
     with frozen_heap():  # what is loaded (model, tokenizer, items) out of the collector's full passes
-        return _stages(lm, run, items, out, acts, settings, runtime, backend, source, digest, asks_meta)
+        return _stages(run, items, out, acts, settings, runtime, backend, source, digest)
 
 
-def _stages(lm, run, items: pd.DataFrame, out: Path, acts: Path, settings: CompareSettings, runtime: Runtime,
-            backend: str, source: dict | None, digest: str | None, asks_meta: bool) -> CompareResult:
+def _stages(run, items: pd.DataFrame, out: Path, acts: Path, settings: CompareSettings, runtime: Runtime,
+            backend: str, source: dict | None, digest: str | None) -> CompareResult:
     """`compare`'s stages, once its inputs are checked and its model loaded: each one run or reused (`run.stage`),
-    then the per-pair join, the summary tables and the figures."""
+    then the per-pair join, the summary tables and the figures. `digest`: the meta templates' (None: the items
+    have nothing to ask meta about)."""
     from babelprobe.analysis import methods
     from babelprobe.benchmarks.scoring import score_pairs
     from babelprobe.probes import ProbeResult, probe
     from babelprobe.probes.pairs import neuro_pairs
     from babelprobe.tables import read_table
+
+    lm = runtime.lm  # loaded by compare
 
     def scored(method: str, scorer_settings):
         """Score in chunks kept beside the table, so an interrupted compare resumes mid-stage."""
@@ -207,7 +210,7 @@ def _stages(lm, run, items: pd.DataFrame, out: Path, acts: Path, settings: Compa
     direct = run.stage("direct", settings.stage("direct"), produce_direct, out / "direct.csv", read_table)
     # the templates' digest is part of the stage's settings: other wording is never reused
     meta = run.stage("meta", {**settings.stage("meta"), "prompts_digest": digest}, scored("meta", settings.meta),
-                     out / "meta.csv", read_table) if asks_meta else None
+                     out / "meta.csv", read_table) if digest is not None else None
     store_digest = _ensure_store(lm, items, acts, runtime.overwrite, pool=settings.pool,
                                  dtype=settings.new_store_dtype, backend=backend, source=source,
                                  batch_tokens=runtime.batch_tokens, progress=runtime.progress,
