@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import h5py
 import numpy as np
@@ -159,3 +160,50 @@ def test_two_writers(tmp_path, model_dir, capsys):
         with pytest.raises(BabelprobeError, match="another process is writing"):
             extract(tiny_lm("llama"), corpus_items(CORPUS[:6]), out, progress=False)
     assert verify_store(out) == []
+
+
+def test_a_store_the_disk_cannot_hold_is_refused_before_any_work(tmp_path, monkeypatch):
+    import babelprobe.extract.store as store_module
+
+    def writer(path, n_rows, **extra):
+        return StoreWriter(path, n_rows=n_rows, layers=[0, 2, 3], d_model=8, n_layers=4, pools=("last", "mean"),
+                           shard_size=5, **extra)
+
+    def free_bytes(n):
+        monkeypatch.setattr(store_module.shutil, "disk_usage", lambda path: SimpleNamespace(free=n))
+
+    # the stored values: 12 rows x 3 layers x 8 x 2 pools x 2 bytes (bfloat16)
+    need = 12 * 3 * 8 * 2 * 2
+    free_bytes(need)
+    assert writer(tmp_path / "fits", 12, dtype="bfloat16").prepare() == [0, 1, 2]
+    free_bytes(need - 1)
+    with pytest.raises(BabelprobeError, match=r"needs at least 1.15 kB \(3 shard\(s\) of 3 layer\(s\) x 8 x "
+                                              r"last\+mean in bfloat16\) and the disk has 1.15 kB free"):
+        writer(tmp_path / "short", 12, dtype="bfloat16").prepare()
+    assert not (tmp_path / "short" / "manifest.json").exists()
+    assert writer(tmp_path / "gzip", 12, dtype="bfloat16", compression="gzip").prepare() == [0, 1, 2]
+
+
+def test_an_overwrite_the_disk_cannot_hold_keeps_the_old_store(tmp_path, model_dir, monkeypatch, capsys):
+    import babelprobe.extract.store as store_module
+
+    out = tmp_path / "acts"
+    small = write_items_file(tmp_path / "small.jsonl", CORPUS[:4])
+    assert main(["extract", "--model", str(model_dir), "--items", str(small), "--out", str(out), "--no-progress"]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()}
+    old_bytes = sum(len(v) for k, v in before.items() if k.startswith("shard-"))
+    # the free space plus what the overwrite would free is one byte short of the new store's float32 values
+    items = write_items_file(tmp_path / "items.jsonl")
+    lm = tiny_lm()
+    need = len(CORPUS) * (lm.n_layers + 1) * lm.d_model * 4
+    free = need - old_bytes - 1
+    monkeypatch.setattr(store_module.shutil, "disk_usage", lambda path: SimpleNamespace(free=free))
+    args = ["extract", "--model", str(model_dir), "--items", str(items), "--out", str(out), "--no-progress"]
+    assert main([*args, "--overwrite"]) == 2
+    err = error_lines(capsys)
+    assert len(err) == 1 and "the store needs at least" in err[0] and "choose another --out" in err[0]
+    assert {f.name: f.read_bytes() for f in out.iterdir() if f.is_file()} == before
+    assert verify_store(out) == []
+    free += 1
+    assert main([*args, "--overwrite"]) == 0
+    assert verify_store(out) == [] and open_store(out).n_rows == len(CORPUS)

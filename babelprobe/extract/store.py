@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import threading
 from functools import cache, cached_property
 from pathlib import Path
@@ -302,22 +303,44 @@ class StoreWriter:
         ensure_dir(self.path)
         for leftover in self.path.glob(".shard-*.tmp"):
             leftover.unlink(missing_ok=True)  # partial shards of a killed run
-        existing = self.path / MANIFEST
-        if existing.exists():
-            if overwrite:
-                self.remove_store_files()
-            else:
-                self._check_same(existing)
-        elif any(self.path.glob("shard-*.h5")):
-            if not overwrite:
-                raise BabelprobeError(f"{self.path} has shard files but no {MANIFEST}; "
-                                      "pass --overwrite to replace them or choose another --out")
+        existing, shards = self.path / MANIFEST, sorted(self.path.glob("shard-*.h5"))
+        if existing.exists() and not overwrite:
+            self._check_same(existing)
+        elif shards and not overwrite:
+            raise BabelprobeError(f"{self.path} has shard files but no {MANIFEST}; "
+                                  "pass --overwrite to replace them or choose another --out")
+        replace = overwrite and (existing.exists() or bool(shards))
+        todo = [k for k in range(self.n_shards) if replace or not self.shard_is_done(k)]
+        # the room is checked before an overwrite removes anything: a store refused is a store kept
+        replaced = {f.name for f in shards} if replace else {shard_name(k) for k in todo}
+        self.check_room(todo, freed=sum(f.stat().st_size for f in shards if f.name in replaced))
+        if replace:
             self.remove_store_files()
-        todo = [k for k in range(self.n_shards) if not self.shard_is_done(k)]
         self.already_complete = not todo and _is_complete(existing, self.settings_hash)
         if not self.already_complete:  # a finished store stays readable while it is re-checked
             write_manifest(self.path, self.base_manifest())
         return todo
+
+    def check_room(self, todo: list[int], freed: int = 0) -> None:
+        """Refuse, before the work, a store the disk cannot hold: the stored values of the shards `todo` (their
+        files' least size: keys, attributes and HDF5's layout come on top, and float16 values beyond its range
+        may be stored wider) against the disk's free space plus the `freed` bytes of files they replace. A
+        compressed store's size is not known in advance: not checked. Running out anyway is not fatal: the
+        complete shards are kept and the same command resumes."""
+        if self.compression != "none" or not todo:
+            return
+        row = len(self.pools) * len(self.layers) * self.d_model * np.dtype(storage_dtype(self.dtype)).itemsize
+        need = row * sum(stop - start for start, stop in map(self.shard_rows, todo))
+        try:
+            free = shutil.disk_usage(self.path).free + freed
+        except OSError:
+            return  # a file system that does not say: the write will
+        if need > free:
+            raise BabelprobeError(
+                f"{self.path}: the store needs at least {_gigabytes(need)} ({len(todo)} shard(s) of "
+                f"{len(self.layers)} layer(s) x {self.d_model} x {'+'.join(self.pools)} in {self.dtype}) and the "
+                f"disk has {_gigabytes(free)} free; free space, choose another --out, or store less (--layers, "
+                "--store-dtype bfloat16)")
 
     def _check_same(self, existing: Path) -> None:
         try:
@@ -453,6 +476,14 @@ class StoreWriter:
         if self.compression == "none":
             return {}
         return {"compression": self.compression, "shuffle": True}
+
+
+def _gigabytes(n: int) -> str:
+    """A byte count in decimal units, three significant digits (1.32e+11 -> '132 GB')."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n} B"
 
 
 def ensure_dir(path: Path) -> None:
