@@ -184,6 +184,17 @@ def to_device(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tenso
     return {name: tensor.to(device, non_blocking=tensor.is_pinned()) for name, tensor in tensors.items()}
 
 
+def copies_done(device: torch.device) -> torch.cuda.Event:
+    """A CUDA event after the work queued so far on `device`'s current stream (a chunk's or a batch's copy to
+    page-locked host memory): a thread that `synchronize()`s on it sleeps until the device gets there. CUDA's
+    default event busy-waits instead (cudaEventBlockingSync unset: CUDA runtime API, "Event Management"), and a
+    thread collecting results while the device works spun on a core for most of the device's time, beside the
+    threads that tokenise and write (vLLM made its copy events blocking for the same reason, PR 47081)."""
+    done = torch.cuda.Event(blocking=True)
+    done.record(torch.cuda.current_stream(device))
+    return done
+
+
 def model_parts(model: nn.Module) -> Parts:
     """Body, blocks, final norm, head (with its logit scale and soft-cap) and MLP activations of a HF causal
     LM, by its family's row of babelprobe/data/families.csv or the structural rule (`sites.locate`)."""

@@ -14,7 +14,8 @@
 #   `floors` in one call took 410 s (quarter 264 s), `profiles` 183 s: for the next session, `before 6b9f844`
 #   here and `ab` there first (packed grouped-query attention, unmeasured on a GPU), with `matmul` in the same
 #   call (perf/matmul_shapes.py: what a new matmul shape costs the host, ~30 s) and `probe` (the probe phase at a
-#   quarter's group sizes from a bfloat16 store, profiled, ~1.5 min), then `quarter`.
+#   quarter's group sizes from a bfloat16 store, profiled, ~1.5 min), then `quarter`. Since 2026-11-29 also
+#   `wait` in that first call (perf/event_wait.py, ~10 s: the read backs' events now block instead of spinning).
 #   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
 #   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
 #   layer 0 only: the current tree, then REV's, on the same warm GPU).
@@ -144,6 +145,11 @@ probe)
     # one 8B shard read back to the GPU as a probe group is (staged, page-locked) against HDF5's read, ~10 s
     timeout 60 $PY perf/store_floor.py --repeat 3 --read-device cuda --tmp "$WORK" 2>&1 | tail -n 7
     ;;
+wait)
+    # what a thread waiting on the device costs the host: CUDA's default event against babelprobe's blocking one
+    # (perf/event_wait.py: the waiting thread's CPU per second of waiting, the launches beside it), ~10 s
+    timeout 60 $PY perf/event_wait.py 2>&1 | tee "$OUT/event-wait.txt"
+    ;;
 matmul)
     # the host cost of a matmul shape not seen before (a prefix tree's passes each have their own M), ~30 s
     timeout 120 $PY perf/matmul_shapes.py --device cuda 2>&1 | tee "$OUT/matmul-shapes.txt"
@@ -165,7 +171,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, ab, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, wait, ab, floors or solver"; exit 2
     ;;
 esac
 say "done"

@@ -188,3 +188,22 @@ def test_packed_grouped_query_attention_leaves_other_cases_to_transformers():
     assert models.packed_gqa_attention(grouped, query, key, key, mask, dropout=0.1) is None
     assert models.packed_gqa_attention(grouped, query, key, key, mask, softcap=30.0) is None
     assert models.packed_gqa_attention(grouped, query, key, key, mask) is not None
+
+
+def test_a_read_back_waits_on_a_blocking_event_recorded_after_the_queued_copies(monkeypatch):
+    # CUDA's default event busy-waits: the thread collecting a chunk would spin on a core for the device's time
+    made = []
+
+    class Event:
+        def __init__(self, **kwargs):
+            self.kwargs, self.stream = kwargs, None
+            made.append(self)
+
+        def record(self, stream):
+            self.stream = stream
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: ("current stream of", device))
+    done = models.copies_done(torch.device("cuda", 1))
+    assert made == [done] and done.kwargs == {"blocking": True}
+    assert done.stream == ("current stream of", torch.device("cuda", 1))

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from babelprobe.extract.store import encode_tensor
+from babelprobe.models import copies_done
 
 # the site mechanism's names, kept here for the code that imports them from extraction
 from babelprobe.sites.hooks import StopForward, first_input, hidden_of  # noqa: F401
@@ -101,9 +102,7 @@ class Pooler:
                               None if finite is None else {pool: flags.cpu() for pool, flags in finite.items()})
         host = {pool: to_pinned(values) for pool, values in out.items()}  # queued on the device's current stream
         flags = None if finite is None else {pool: to_pinned(values) for pool, values in finite.items()}
-        done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(next(iter(out.values())).device))
-        return PooledRows(host, done, flags)
+        return PooledRows(host, copies_done(next(iter(out.values())).device), flags)
 
     def result(self) -> dict[str, np.ndarray]:
         """The pooled states as float32 numpy arrays [batch, n_columns, d_model] (one copy off the device)."""

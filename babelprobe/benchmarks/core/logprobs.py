@@ -33,6 +33,7 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.models import (
     Encoding,
     LoadedModel,
+    copies_done,
     length_batches,
     pad_host,
     pass_tokens,
@@ -189,8 +190,7 @@ class Readback:
         if values.device.type == "cuda":
             self.host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
             self.host.copy_(values, non_blocking=True)
-            self.done = torch.cuda.Event()
-            self.done.record(torch.cuda.current_stream(values.device))
+            self.done = copies_done(values.device)
         else:
             self.host, self.done = values.cpu(), None
 
