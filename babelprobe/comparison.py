@@ -165,6 +165,7 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
         check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
                        runtime.overwrite, WHAT)
     _check_store(acts, runtime, items, settings.store_dtype)
+    _check_room(acts, runtime, items, settings)
     if not is_peak(settings.layers):  # the neuro view's layer against the model's config, before it loads
         from babelprobe.extract.layers import parse_layers
 
@@ -325,6 +326,16 @@ def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame, dtype: str |
     if dtype is not None and store.dtype != dtype:
         raise BabelprobeError(f"activation store {acts} holds {store.dtype} values, not the --store-dtype {dtype} "
                               "asked for; point --acts elsewhere, pass --overwrite, or ask for its dtype")
+
+
+def _check_room(acts: Path, runtime: Runtime, items: pd.DataFrame, settings: CompareSettings) -> None:
+    """The store compare makes or resumes at `acts` (every layer of every item) fits the disk: checked with the
+    model's config, before its weights load (`store.check_room`)."""
+    from babelprobe.extract.run import parse_pools
+    from babelprobe.extract.store import check_room
+
+    info = runtime.info
+    check_room(acts, len(items), info.n_layers + 1, info.d_model, parse_pools(settings.pool), settings.new_store_dtype)
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:

@@ -177,7 +177,7 @@ def test_a_store_the_disk_cannot_hold_is_refused_before_any_work(tmp_path, monke
     free_bytes(need)
     assert writer(tmp_path / "fits", 12, dtype="bfloat16").prepare() == [0, 1, 2]
     free_bytes(need - 1)
-    with pytest.raises(BabelprobeError, match=r"needs at least 1.15 kB \(3 shard\(s\) of 3 layer\(s\) x 8 x "
+    with pytest.raises(BabelprobeError, match=r"needs at least 1.15 kB \(12 row\(s\) x 3 layer\(s\) x 8 x "
                                               r"last\+mean in bfloat16\) and the disk has 1.15 kB free"):
         writer(tmp_path / "short", 12, dtype="bfloat16").prepare()
     assert not (tmp_path / "short" / "manifest.json").exists()
@@ -207,3 +207,21 @@ def test_an_overwrite_the_disk_cannot_hold_keeps_the_old_store(tmp_path, model_d
     free += 1
     assert main([*args, "--overwrite"]) == 0
     assert verify_store(out) == [] and open_store(out).n_rows == len(CORPUS)
+
+
+def test_extract_and_compare_refuse_a_store_the_disk_cannot_hold_before_the_model_loads(tmp_path, model_dir,
+                                                                                          monkeypatch, capsys):
+    import babelprobe.extract.store as store_module
+    import babelprobe.models as models
+
+    items = write_items_file(tmp_path / "items.jsonl")
+    monkeypatch.setattr(store_module.shutil, "disk_usage", lambda path: SimpleNamespace(free=1000))
+    monkeypatch.setattr(models, "load_model", lambda *args, **kwargs: pytest.fail("the model's weights loaded"))
+    lm = tiny_lm()
+    need = len(CORPUS) * (lm.n_layers + 1) * lm.d_model * 4  # every layer's last-token row in float32
+    for command, store in ((["extract", "--out", str(tmp_path / "acts")], tmp_path / "acts"),
+                           (["compare", "--out", str(tmp_path / "cmp")], tmp_path / "cmp" / "acts")):
+        assert main([*command, "--model", str(model_dir), "--items", str(items), "--no-progress"]) == 2
+        err = error_lines(capsys)
+        assert len(err) == 1 and f"{store}: the store needs at least {need / 1e3:.3g} kB" in err[0], err
+        assert not store.exists() or not any(store.iterdir())

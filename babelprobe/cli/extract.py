@@ -108,7 +108,7 @@ def run_extract(args) -> int:
     from babelprobe.cli.common import settings_from
     from babelprobe.extract.distributed import env_world, local_device
     from babelprobe.extract.layers import check_spec
-    from babelprobe.extract.run import check_extract, extract
+    from babelprobe.extract.run import check_extract, check_store_room, extract
     from babelprobe.tables import check_out_dir
 
     settings = settings_from(args, ExtractSettings)  # every check that needs no model, before loading one
@@ -116,9 +116,10 @@ def run_extract(args) -> int:
     check_placement(args)
     check_out_dir(args.out)
     items = items_from(args)
-    if not args.remote:  # the layers against the model's config (a remote model's: once its config is read)
-        check_extract(runtime_from(args).info.n_layers, settings, batch_tokens=args.batch_tokens,
-                      shard_size=args.shard_size)
+    if not args.remote:  # the layers and the store's room by the model's config (a remote one's: once read)
+        info = runtime_from(args).info
+        check_extract(info.n_layers, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
+        check_store_room(args.out, len(items), settings, info, args.compression)
     lm = placed_model(args, local_device())
     check_extract(lm, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,

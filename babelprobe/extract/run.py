@@ -40,7 +40,7 @@ from babelprobe.extract.capture import Pooler
 from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
-from babelprobe.extract.store import POOLS, StoreWriter, ensure_dir, store_lock
+from babelprobe.extract.store import POOLS, StoreWriter, check_room, ensure_dir, store_lock
 from babelprobe.models import length_batches, pad_batch, pass_tokens, sync_free_attention
 from babelprobe.pipeline import frozen_heap
 from babelprobe.runtime import Runtime, runner
@@ -168,6 +168,7 @@ def extract(items: pd.DataFrame, out: str | Path, settings: ExtractSettings | No
     from babelprobe.items import validate
 
     items = validate(items.copy(), "items given to extract")  # schema, unique ids, non-empty texts
+    check_store_room(out, len(items), settings, runtime.info, compression)  # before the weights load
     lm = runtime.lm
     layers, pools = parse_layers(settings.layers, lm.n_layers), parse_pools(settings.pool)
     backend = settings.backend
@@ -200,6 +201,13 @@ def check_extract(lm, settings: ExtractSettings, *, batch_tokens: int = 8192, sh
     if padding_side not in ("right", "left"):
         raise BabelprobeError(f"padding side must be right or left, got {padding_side!r}")
     parse_layers(settings.layers, lm if isinstance(lm, int) else lm.n_layers)
+
+
+def check_store_room(out, n_items: int, settings: ExtractSettings, lm, compression: str = "none") -> None:
+    """The store of `n_items` items fits the disk at `out` (`store.check_room`; `lm`: a `LoadedModel` or the
+    `ModelInfo` read from its files, so that this runs before the weights load)."""
+    check_room(Path(out), n_items, len(parse_layers(settings.layers, lm.n_layers)), lm.d_model,
+               parse_pools(settings.pool), settings.dtype, compression)
 
 
 def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_size, compression, truncate,

@@ -322,25 +322,10 @@ class StoreWriter:
         return todo
 
     def check_room(self, todo: list[int], freed: int = 0) -> None:
-        """Refuse, before the work, a store the disk cannot hold: the stored values of the shards `todo` (their
-        files' least size: keys, attributes and HDF5's layout come on top, and float16 values beyond its range
-        may be stored wider) against the disk's free space plus the `freed` bytes of files they replace. A
-        compressed store's size is not known in advance: not checked. Running out anyway is not fatal: the
-        complete shards are kept and the same command resumes."""
-        if self.compression != "none" or not todo:
-            return
-        row = len(self.pools) * len(self.layers) * self.d_model * np.dtype(storage_dtype(self.dtype)).itemsize
-        need = row * sum(stop - start for start, stop in map(self.shard_rows, todo))
-        try:
-            free = shutil.disk_usage(self.path).free + freed
-        except OSError:
-            return  # a file system that does not say: the write will
-        if need > free:
-            raise BabelprobeError(
-                f"{self.path}: the store needs at least {_gigabytes(need)} ({len(todo)} shard(s) of "
-                f"{len(self.layers)} layer(s) x {self.d_model} x {'+'.join(self.pools)} in {self.dtype}) and the "
-                f"disk has {_gigabytes(free)} free; free space, choose another --out, or store less (--layers, "
-                "--store-dtype bfloat16)")
+        """Refuse a store the disk cannot hold (`check_room`): the shards `todo`, `freed` bytes of files they
+        replace."""
+        check_room(self.path, sum(stop - start for start, stop in map(self.shard_rows, todo)), len(self.layers),
+                   self.d_model, self.pools, self.dtype, self.compression, freed)
 
     def _check_same(self, existing: Path) -> None:
         try:
@@ -476,6 +461,33 @@ class StoreWriter:
         if self.compression == "none":
             return {}
         return {"compression": self.compression, "shuffle": True}
+
+
+def check_room(path: Path, rows: int, n_layers: int, d_model: int, pools, dtype: str, compression: str = "none",
+               freed: int | None = None) -> None:
+    """Refuse, before the work, a store the disk cannot hold: the stored values of `rows` rows (their files'
+    least size: keys, attributes and HDF5's layout come on top, and float16 values beyond its range may be
+    stored wider) against the free space of the disk that holds `path` plus the `freed` bytes of files they
+    replace (default: every shard file already at `path`, as an overwrite removes them and a resumed store's
+    count against its rows; before the model loads, `extract` and `compare` check thus with the model's
+    config). A compressed store's size is not known in advance: not checked. Running out anyway is not fatal:
+    complete shards are kept and the same command resumes."""
+    if compression != "none" or rows <= 0:
+        return
+    path = Path(path)
+    need = rows * len(pools) * n_layers * d_model * np.dtype(storage_dtype(dtype)).itemsize
+    if freed is None:
+        freed = sum(f.stat().st_size for f in path.glob("shard-*.h5")) if path.is_dir() else 0
+    there = next((p for p in (path, *path.parents) if p.exists()), Path.cwd())
+    try:
+        free = shutil.disk_usage(there).free + freed
+    except OSError:
+        return  # a file system that does not say: the write will
+    if need > free:
+        raise BabelprobeError(
+            f"{path}: the store needs at least {_gigabytes(need)} ({rows} row(s) x {n_layers} layer(s) x {d_model} "
+            f"x {'+'.join(pools)} in {dtype}) and the disk has {_gigabytes(free)} free; free space, choose another "
+            "--out, or store less (--layers, --store-dtype bfloat16)")
 
 
 def _gigabytes(n: int) -> str:
