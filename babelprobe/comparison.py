@@ -331,11 +331,11 @@ def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame, dtype: str |
 def _check_room(acts: Path, runtime: Runtime, items: pd.DataFrame, settings: CompareSettings) -> None:
     """The store compare makes or resumes at `acts` (every layer of every item) fits the disk: checked with the
     model's config, before its weights load (`store.check_room`)."""
-    from babelprobe.extract.run import parse_pools
-    from babelprobe.extract.store import check_room
+    from babelprobe.extract.run import check_store_room
+    from babelprobe.extract.settings import ExtractSettings
 
-    info = runtime.info
-    check_room(acts, len(items), info.n_layers + 1, info.d_model, parse_pools(settings.pool), settings.new_store_dtype)
+    store = ExtractSettings(pool=settings.pool, dtype=settings.new_store_dtype)  # as `_fused_direct` makes it
+    check_store_room(acts, len(items), store, runtime.info)
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:

@@ -313,19 +313,15 @@ class StoreWriter:
         todo = [k for k in range(self.n_shards) if replace or not self.shard_is_done(k)]
         # the room is checked before an overwrite removes anything: a store refused is a store kept
         replaced = {f.name for f in shards} if replace else {shard_name(k) for k in todo}
-        self.check_room(todo, freed=sum(f.stat().st_size for f in shards if f.name in replaced))
+        check_room(self.path, sum(stop - start for start, stop in map(self.shard_rows, todo)), len(self.layers),
+                   self.d_model, self.pools, self.dtype, self.compression,
+                   freed=sum(f.stat().st_size for f in shards if f.name in replaced))
         if replace:
             self.remove_store_files()
         self.already_complete = not todo and _is_complete(existing, self.settings_hash)
         if not self.already_complete:  # a finished store stays readable while it is re-checked
             write_manifest(self.path, self.base_manifest())
         return todo
-
-    def check_room(self, todo: list[int], freed: int = 0) -> None:
-        """Refuse a store the disk cannot hold (`check_room`): the shards `todo`, `freed` bytes of files they
-        replace."""
-        check_room(self.path, sum(stop - start for start, stop in map(self.shard_rows, todo)), len(self.layers),
-                   self.d_model, self.pools, self.dtype, self.compression, freed)
 
     def _check_same(self, existing: Path) -> None:
         try:
