@@ -147,7 +147,7 @@ probe)
     ;;
 wait)
     # what a thread waiting on the device costs the host: CUDA's default event against babelprobe's blocking one
-    # (perf/event_wait.py: the waiting thread's CPU per second of waiting, the launches beside it), ~10 s
+    # (perf/event_wait.py: the waiting thread's CPU per second of waiting, the driver calls beside it), ~10 s
     timeout 60 $PY perf/event_wait.py 2>&1 | tee "$OUT/event-wait.txt"
     ;;
 matmul)
