@@ -4,6 +4,7 @@ written here, and the report's paper figures, the two-model ones included."""
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -225,6 +226,8 @@ def test_compare_from_python_loads_the_paper_dtype_too(monkeypatch, tmp_path):
 
     monkeypatch.setattr("babelprobe.models.auto_device", lambda: torch.device("cuda"))
     monkeypatch.setattr("babelprobe.models.load_model", load_model)
+    # the store's room is checked with the model's config before the weights load: the hub's files, offline here
+    monkeypatch.setattr("babelprobe.models.model_info", lambda spec, **kw: SimpleNamespace(n_layers=2, d_model=8))
     for protocol in ("paper", "default"):
         with pytest.raises(KeyboardInterrupt):
             compare("org/model", "xcomps-sample", tmp_path / protocol, protocol=protocol)
