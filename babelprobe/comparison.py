@@ -33,6 +33,7 @@ from babelprobe.benchmarks.scoring import DirectSettings, MetaSettings
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.layers import PEAK, check_spec, is_peak
 from babelprobe.extract.settings import DTYPES as STORE_DTYPES
+from babelprobe.extract.settings import ExtractSettings
 from babelprobe.inputs import check_inputs
 from babelprobe.pipeline import frozen_heap
 from babelprobe.probes.settings import PROTOCOLS as PROBE_PROTOCOLS
@@ -85,6 +86,11 @@ class CompareSettings(Nested):
     def new_store_dtype(self) -> str:
         """The dtype of a store this comparison makes (`store_dtype`, float32 when not asked)."""
         return self.store_dtype or "float32"
+
+    @property
+    def new_store(self) -> ExtractSettings:
+        """The extraction settings of a store this comparison makes: every layer, its pooling and dtype."""
+        return ExtractSettings(pool=self.pool, dtype=self.new_store_dtype)
 
     @property
     def description(self) -> str:
@@ -293,11 +299,10 @@ def _fused_direct(lm, items, out: Path, acts: Path, settings: CompareSettings, b
                   progress):
     from babelprobe.benchmarks.scoring import score_direct_capturing
     from babelprobe.extract.fused import StoreCapture
-    from babelprobe.extract.settings import ExtractSettings
 
     def produce():
-        store = ExtractSettings(pool=settings.pool, dtype=settings.new_store_dtype)
-        capture = StoreCapture(lm, items, acts, store, batch_tokens=batch_tokens, source=source, overwrite=overwrite)
+        capture = StoreCapture(lm, items, acts, settings.new_store, batch_tokens=batch_tokens, source=source,
+                               overwrite=overwrite)
         with capture:
             return score_direct_capturing(lm, items, out / "direct.csv", settings.direct, capture,
                                           batch_tokens=batch_tokens, progress=progress)
@@ -332,10 +337,8 @@ def _check_room(acts: Path, runtime: Runtime, items: pd.DataFrame, settings: Com
     """The store compare makes or resumes at `acts` (every layer of every item) fits the disk: checked with the
     model's config, before its weights load (`store.check_room`)."""
     from babelprobe.extract.run import check_store_room
-    from babelprobe.extract.settings import ExtractSettings
 
-    store = ExtractSettings(pool=settings.pool, dtype=settings.new_store_dtype)  # as `_fused_direct` makes it
-    check_store_room(acts, len(items), store, runtime.info)
+    check_store_room(acts, len(items), settings.new_store, runtime.info)
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:

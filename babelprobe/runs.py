@@ -172,6 +172,9 @@ class TokenMeter:
             self.bar.update(0)  # redraws at most every `mininterval` seconds
 
 
+# a full collector pass walks every object alive: those before the run are left out of them until its table is
+# written (pipeline.frozen_heap)
+@frozen_heap()
 def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.DataFrame, out: str | Path,
                     key: dict, chunk_pairs: int | None = None, progress: bool = True,
                     desc: str = "scoring", unit: str = "pair_id", model=None, together: str | None = None
@@ -198,62 +201,59 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
     except OSError as err:
         raise BabelprobeError(f"cannot write {out}: {err.strerror}") from None
     try:
-        # a full collector pass walks every object alive: those before the run are left out of them until the
-        # table is written (pipeline.frozen_heap)
-        with frozen_heap():
-            size = chunk_pairs or getattr(score, "chunk_pairs", None) or CHUNK_PAIRS
-            own = _steps(score)
-            prepare, run, finish = own or ((lambda chunk: chunk), score, (lambda rows: rows))
-            first = max(1, int(size * FIRST_CHUNK_SHARE)) if own else size
-            done, size, first = _open_partial(partial, key, size, first)
-            bounds = [0, *range(min(first, len(pair_ids)), len(pair_ids), size), len(pair_ids)]
-            chunks = [pair_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-            already = sum(len(chunks[i]) for i in done)
-            if done:
-                print(f"resuming: {already} of {len(pair_ids)} {unit.removesuffix('_id')}s already scored in {partial}",
-                      file=sys.stderr)
-            bar = tqdm(total=len(pair_ids), initial=already, unit=unit.removesuffix("_id"), desc=desc,
-                       disable=not progress, dynamic_ncols=True)
+        size = chunk_pairs or getattr(score, "chunk_pairs", None) or CHUNK_PAIRS
+        own = _steps(score)
+        prepare, run, finish = own or ((lambda chunk: chunk), score, (lambda rows: rows))
+        first = max(1, int(size * FIRST_CHUNK_SHARE)) if own else size
+        done, size, first = _open_partial(partial, key, size, first)
+        bounds = [0, *range(min(first, len(pair_ids)), len(pair_ids), size), len(pair_ids)]
+        chunks = [pair_ids[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        already = sum(len(chunks[i]) for i in done)
+        if done:
+            print(f"resuming: {already} of {len(pair_ids)} {unit.removesuffix('_id')}s already scored in {partial}",
+                  file=sys.stderr)
+        bar = tqdm(total=len(pair_ids), initial=already, unit=unit.removesuffix("_id"), desc=desc,
+                   disable=not progress, dynamic_ncols=True)
 
-            def write(k, rows):  # on the pipeline's finishing thread, while the device runs the next chunk
-                with atomic_path(partial / f"chunk-{todo[k]:05d}.parquet") as tmp:
-                    rows.to_parquet(tmp, index=False)
-                bar.update(len(chunks[todo[k]]))
+        def write(k, rows):  # on the pipeline's finishing thread, while the device runs the next chunk
+            with atomic_path(partial / f"chunk-{todo[k]:05d}.parquet") as tmp:
+                rows.to_parquet(tmp, index=False)
+            bar.update(len(chunks[todo[k]]))
 
-            todo = [index for index in range(len(chunks)) if index not in done]
-            # each chunk's rows, in the items' order; a chunk's table taken from the items on the producer thread (at
-            # XCOMPS's size the 62 chunks' tables took 2 s before the device could start)
-            starts = np.cumsum([0, *map(len, chunks)])
-            chunk_of = np.searchsorted(starts, pd.Index(pair_ids).get_indexer(items[unit]), side="right") - 1
-            rows_of = items.groupby(chunk_of, sort=False).indices
+        todo = [index for index in range(len(chunks)) if index not in done]
+        # each chunk's rows, in the items' order; a chunk's table taken from the items on the producer thread (at
+        # XCOMPS's size the 62 chunks' tables took 2 s before the device could start)
+        starts = np.cumsum([0, *map(len, chunks)])
+        chunk_of = np.searchsorted(starts, pd.Index(pair_ids).get_indexer(items[unit]), side="right") - 1
+        rows_of = items.groupby(chunk_of, sort=False).indices
 
-            def prepare_chunk(index):
-                return prepare(items.iloc[rows_of[index]])
+        def prepare_chunk(index):
+            return prepare(items.iloc[rows_of[index]])
 
-            with TokenMeter(model, bar):
-                try:
-                    fresh = dict(zip(todo, pipelined(todo, prepare_chunk, run, finish, done=write)))
-                except Exception as err:
-                    if not _out_of_memory(err):
-                        raise
-                    budget = getattr(score, "batch_tokens", None)
-                    raise BabelprobeError(
-                        f"{desc}: the device ran out of memory ({str(err).splitlines()[0][:160]}); finished chunks "
-                        f"({len(list(partial.glob('chunk-*.parquet')))}) are kept in {partial}: run the same command "
-                        f"with a smaller --batch-tokens{f' (this run: {budget})' if budget else ''} to go on from them"
-                    ) from err
-            bar.close()
-            # this run's chunks as they are in memory (not read back while the device waits); earlier runs' from disk
-            frames = [fresh[i] if i in fresh else pd.read_parquet(partial / f"chunk-{i:05d}.parquet")
-                      for i in range(len(chunks))]
-            result = pd.concat(frames, ignore_index=True) if frames else score(items)
-            if together is not None and len(result):  # the items' order of units (a stable sort keeps each unit's rows)
-                position = pd.Index(units).get_indexer(result[unit])
-                result = result.iloc[np.argsort(position, kind="stable")]
-                result = result.reset_index(drop=True)
-            write_table(result, out)
-            shutil.rmtree(partial, ignore_errors=True)
-            return result
+        with TokenMeter(model, bar):
+            try:
+                fresh = dict(zip(todo, pipelined(todo, prepare_chunk, run, finish, done=write)))
+            except Exception as err:
+                if not _out_of_memory(err):
+                    raise
+                budget = getattr(score, "batch_tokens", None)
+                raise BabelprobeError(
+                    f"{desc}: the device ran out of memory ({str(err).splitlines()[0][:160]}); finished chunks "
+                    f"({len(list(partial.glob('chunk-*.parquet')))}) are kept in {partial}: run the same command "
+                    f"with a smaller --batch-tokens{f' (this run: {budget})' if budget else ''} to go on from them"
+                ) from err
+        bar.close()
+        # this run's chunks as they are in memory (not read back while the device waits); earlier runs' from disk
+        frames = [fresh[i] if i in fresh else pd.read_parquet(partial / f"chunk-{i:05d}.parquet")
+                  for i in range(len(chunks))]
+        result = pd.concat(frames, ignore_index=True) if frames else score(items)
+        if together is not None and len(result):  # the items' order of units (a stable sort keeps each unit's rows)
+            position = pd.Index(units).get_indexer(result[unit])
+            result = result.iloc[np.argsort(position, kind="stable")]
+            result = result.reset_index(drop=True)
+        write_table(result, out)
+        shutil.rmtree(partial, ignore_errors=True)
+        return result
     finally:
         lock.release()
         Path(lock.lock_file).unlink(missing_ok=True)
