@@ -33,10 +33,11 @@ Each phase is reported against references measured in the same run:
              (extract), the scikit-learn loop on the same store (probe; `--no-sklearn` skips it).
 
 and with host and device time: host = this process's CPU seconds (every thread's: tokenising, batching, prefix
-trees, tables, writing, launching), device = the simulated device's busy seconds (or, on CUDA, the NVML busy
-share × wall); wall ÷ max(host, device) is 1.0 when they overlap fully and about 2 when they run in series. On
-a shared machine the thread that drives the device also waits for a CPU (its run-queue wait, from
-/proc/thread-self/schedstat); the table gives that wait and the ratio with it taken off the wall.
+trees, tables, writing, launching; "of which kernel": its system time, the store's writes into the page cache and
+page faults), device = the simulated device's busy seconds (or, on CUDA, the NVML busy share × wall); wall ÷
+max(host, device) is 1.0 when they overlap fully and about 2 when they run in series. On a shared machine the
+thread that drives the device also waits for a CPU (its run-queue wait, from /proc/thread-self/schedstat); the
+table gives that wait and the ratio with it taken off the wall.
 Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
 extract phase only checks the store; `--separate` runs extraction as a pass of its own.
 
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -237,7 +239,7 @@ class Meter:
             self.clock.wait()
         self.device_start = self.clock.busy if self.clock is not None else 0.0
         self.queued_start = run_queue_wait()
-        self.start, self.cpu_start = time.perf_counter(), time.process_time()
+        self.start, self.cpu_start, self.sys_start = time.perf_counter(), time.process_time(), os.times().system
         return self
 
     def __exit__(self, *exc):
@@ -247,6 +249,7 @@ class Meter:
             self.clock.wait()  # queued work of the phase done (the synchronous device's is)
         self.seconds = time.perf_counter() - self.start
         self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
+        self.sys_seconds = os.times().system - self.sys_start  # of which in the kernel (writes, page faults)
         self.queued = run_queue_wait() - self.queued_start  # the calling thread's, on a loaded machine
         if self.clock is not None:
             self.device_seconds = self.clock.busy - self.device_start
@@ -530,6 +533,7 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
         rows.append({
             "phase": name, "seconds": round(best.seconds, 3), "cpu_seconds": round(best.cpu_seconds, 3),
             "host_ms_per_pair": _figures(1000 * best.cpu_seconds / n_pairs),
+            "host_sys_ms_per_pair": _figures(1000 * best.sys_seconds / n_pairs),
             "device_ms_per_pair": _figures(1000 * device_s / n_pairs) if device_s == device_s else None,
             "overlap": round(best.seconds / max(best.cpu_seconds, device_s), 3) if device_s == device_s else None,
             "queued_s": round(best.queued, 3) if best.queued == best.queued else None,
@@ -575,6 +579,7 @@ def folds(args) -> int:
 # ---------------------------------------------------------------------------------------------- reporting
 
 COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "host ms/pair"),
+           ("host_sys_ms_per_pair", "of which kernel"),
            ("device_ms_per_pair", "device ms/pair"), ("overlap", "wall/max(host, device)"),
            ("queued_s", "run-queue wait s"), ("overlap_own_core", "same, less the wait"),
            ("floor_replay", "replay s"), ("floor_bare", "bare s"), ("bare_budget", "bare budget"),
