@@ -1,5 +1,5 @@
 """What a thread waiting for the GPU costs the host: CUDA's default event against the blocking one babelprobe's
-read backs wait on (`models.copies_done`), measured in the same run.
+read backs wait on (`models.copies_done`), and a synchronising read (`.item()`), measured in the same run.
 
 babelprobe collects a chunk's log-probs, and the background writer each extraction batch's rows, on a thread of
 their own while the main thread launches the next work: that thread waits on a CUDA event for most of the
@@ -11,12 +11,21 @@ main thread calls the driver (`cudaStreamQuery` on an idle stream, as often as i
 thread's CPU seconds per second of waiting, and the main thread's driver calls per second meanwhile (what a
 driver polled by a spinning thread leaves to the thread that launches).
 
-    python perf/event_wait.py                   # a GPU; 2 rounds of each kind, ~1 s of device work each
+A synchronising read (`.item()`, `.cpu()`: the probe solvers' once per iteration, transformers' checks) waits as
+the CUDA context's scheduling flag says, which PyTorch leaves at cudaDeviceScheduleAuto (a spin on a host with
+more cores than contexts) and has no setter for (pytorch/pytorch#28224). `--context-flag blocking` sets
+cudaDeviceScheduleBlockingSync through PyTorch's own CUDA runtime (`cudaSetDeviceFlags`, the loaded libcudart
+called with ctypes) before the context is made, reads the flags back once it is, and measures the same waits:
+whether babelprobe should set it.
+
+    python perf/event_wait.py                          # a GPU; 2 rounds of each kind, ~1 s of device work each
+    python perf/event_wait.py --context-flag blocking  # the same with the context's waits blocking
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import statistics
 import sys
 import threading
@@ -30,6 +39,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from babelprobe.models import copies_done  # noqa: E402
 
 WIDTH = 16384  # a matmul of ~9 TFLOP: ~12 ms on an H200, so a second of work is ~80 launches
+BLOCKING_SYNC = 0x04  # cudaDeviceScheduleBlockingSync (cuda_runtime_api.h)
+SCHEDULE_MASK = 0x07  # the scheduling bits of the device flags
+KINDS = {"default": "CUDA's default event", "blocking": "blocking event (models.copies_done)",
+         "read": "a synchronising read (.item())"}
+
+
+def loaded_library(stem: str, maps: str) -> str | None:
+    """The path of the shared library named `stem...` (e.g. libcudart.so.12) that this process has loaded, from
+    /proc/self/maps' text: PyTorch's own copy (a second copy loaded from elsewhere has a state of its own)."""
+    for line in maps.splitlines():
+        path = line.split()[-1] if len(line.split()) >= 6 else ""
+        if Path(path).name.startswith(stem):
+            return path
+    return None
+
+
+def cuda_runtime():
+    """PyTorch's CUDA runtime library, through ctypes, or None (none loaded: a build that links it statically)."""
+    import torch.cuda  # noqa: F401  (loads libtorch_cuda and with it libcudart)
+
+    path = loaded_library("libcudart.so", Path("/proc/self/maps").read_text())
+    return ctypes.CDLL(path) if path else None
+
+
+def device_flags(runtime) -> int:
+    flags = ctypes.c_uint()
+    runtime.cudaGetDeviceFlags(ctypes.byref(flags))
+    return flags.value
 
 
 def queue_work(seconds: float, a: torch.Tensor, per_matmul: float) -> None:
@@ -43,14 +80,18 @@ def one_round(kind: str, seconds: float, a: torch.Tensor, per_matmul: float, dev
     queue_work(seconds, a, per_matmul)
     if kind == "blocking":
         event = copies_done(device)
-    else:
+    elif kind == "default":
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(device))
+    last = a[0, :1].sum()  # after the queued work: its read waits for all of it
     result: dict = {}
 
     def wait():
         cpu, wall = time.thread_time(), time.perf_counter()
-        event.synchronize()
+        if kind == "read":
+            last.item()
+        else:
+            event.synchronize()
         result["cpu"], result["wall"] = time.thread_time() - cpu, time.perf_counter() - wall
 
     waiter = threading.Thread(target=wait)
@@ -69,10 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=1.0, help="device work queued per round (default 1 s)")
     parser.add_argument("--repeat", type=int, default=2, help="rounds of each kind, alternating (default 2)")
+    parser.add_argument("--context-flag", choices=("auto", "blocking"), default="auto",
+                        help="the CUDA context's scheduling: PyTorch's (auto) or cudaDeviceScheduleBlockingSync")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("perf/event_wait.py: error: needs a CUDA GPU (the events it compares are CUDA's)", file=sys.stderr)
         return 2
+    runtime = cuda_runtime()
+    if args.context_flag == "blocking":
+        if runtime is None:
+            print("perf/event_wait.py: error: no libcudart loaded by PyTorch to set the flag through", file=sys.stderr)
+            return 2
+        status = runtime.cudaSetDeviceFlags(BLOCKING_SYNC)  # before the context is made (the first tensor)
+        if status != 0:
+            print(f"perf/event_wait.py: error: cudaSetDeviceFlags returned {status}", file=sys.stderr)
+            return 2
     device = torch.device("cuda")
     a = torch.randn(WIDTH, WIDTH, device=device, dtype=torch.bfloat16) / WIDTH ** 0.5
     for _ in range(3):
@@ -83,16 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.mm(a, a)
     torch.cuda.synchronize(device)
     per_matmul = (time.perf_counter() - start) / 10
-    rounds = [one_round(kind, args.seconds, a, per_matmul, device)
-              for _ in range(args.repeat) for kind in ("default", "blocking")]
-    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}: {args.seconds} s of device work a round")
-    print("| event | rounds | wait s | waiting thread's CPU s | CPU ÷ wait | main thread's driver calls/s meanwhile |")
+    rounds = [one_round(kind, args.seconds, a, per_matmul, device) for _ in range(args.repeat) for kind in KINDS]
+    flags = "unknown (no libcudart found)" if runtime is None else f"{device_flags(runtime) & SCHEDULE_MASK:#x}"
+    print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}: {args.seconds} s of device work a round; "
+          f"context flag asked {args.context_flag}, the context's scheduling flags read back {flags} (0x0 auto, "
+          "0x1 spin, 0x2 yield, 0x4 blocking)")
+    print("| wait on | rounds | wait s | waiting thread's CPU s | CPU ÷ wait | main thread's driver calls/s meanwhile |")
     print("|---|---|---|---|---|---|")
-    for kind in ("default", "blocking"):
+    for kind, label in KINDS.items():
         mine = [r for r in rounds if r["kind"] == kind]
         wall, cpu = statistics.median(r["wall"] for r in mine), statistics.median(r["cpu"] for r in mine)
         calls = statistics.median(r["calls_per_s"] for r in mine)
-        label = "CUDA's default (busy-wait)" if kind == "default" else "blocking (models.copies_done)"
         print(f"| {label} | {len(mine)} | {wall:.3f} | {cpu:.3f} | {cpu / wall:.2f} | {calls:,.0f} |")
     return 0
 

@@ -15,7 +15,8 @@
 #   here and `ab` there first (packed grouped-query attention, unmeasured on a GPU), with `matmul` in the same
 #   call (perf/matmul_shapes.py: what a new matmul shape costs the host, ~30 s) and `probe` (the probe phase at a
 #   quarter's group sizes from a bfloat16 store, profiled, ~1.5 min), then `quarter`. Since 2026-11-29 also
-#   `wait` in that first call (perf/event_wait.py, ~10 s: the read backs' events now block instead of spinning).
+#   `wait` in that first call (perf/event_wait.py, ~30 s: the read backs' events now block instead of spinning;
+#   a synchronising read, and both with the context's flag set to blocking).
 #   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
 #   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
 #   layer 0 only: the current tree, then REV's, on the same warm GPU).
@@ -147,8 +148,11 @@ probe)
     ;;
 wait)
     # what a thread waiting on the device costs the host: CUDA's default event against babelprobe's blocking one
-    # (perf/event_wait.py: the waiting thread's CPU per second of waiting, the driver calls beside it), ~10 s
+    # and a synchronising read (perf/event_wait.py: the waiting thread's CPU per second of waiting, the driver calls
+    # beside it), then the same with the context's scheduling flag set to blocking (a process of its own: the flag
+    # is set before the context is made), ~30 s
     timeout 60 $PY perf/event_wait.py 2>&1 | tee "$OUT/event-wait.txt"
+    timeout 60 $PY perf/event_wait.py --context-flag blocking 2>&1 | tee -a "$OUT/event-wait.txt"
     ;;
 matmul)
     # the host cost of a matmul shape not seen before (a prefix tree's passes each have their own M), ~30 s

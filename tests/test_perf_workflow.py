@@ -170,6 +170,23 @@ def test_matmul_shapes_times_every_weight_shape(capsys):
     assert "| down_proj |" in capsys.readouterr().out
 
 
+def test_event_wait_finds_pytorchs_own_cuda_runtime_and_needs_a_gpu(capsys):
+    """perf/event_wait.py (for the next lent GPU) sets the context's scheduling flag through the libcudart PyTorch
+    loaded, found in /proc/self/maps (a maps text written by hand: the first library of that name, not a path that
+    only contains it); on a machine without CUDA it refuses in one line, exit 2."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import event_wait
+
+    maps = ("7f00-7f10 r--p 00000000 08:01 11 /opt/libcudart_helper/libz.so.1\n"
+            "7f10-7f20 r-xp 00000000 08:01 12 /env/site-packages/nvidia/cu13/lib/libcudart.so.13\n"
+            "7f20-7f30 rw-p 00000000 00:00 0 \n")
+    assert event_wait.loaded_library("libcudart.so", maps) == "/env/site-packages/nvidia/cu13/lib/libcudart.so.13"
+    assert event_wait.loaded_library("libcudart.so", maps.splitlines()[0]) is None
+    if not torch.cuda.is_available():
+        assert event_wait.main(["--context-flag", "blocking"]) == 2
+        assert capsys.readouterr().err.strip().count("\n") == 0
+
+
 def test_floor_records_the_phases_own_model_calls(tiny, tmp_path):
     """The floor replays what babelprobe's own calls were: extraction's token batches exactly as the
     extractor cut them (each distinct text once, nothing else run), and for direct scoring one vocabulary row per distinct state that
