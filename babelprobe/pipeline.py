@@ -26,7 +26,7 @@ median of 6 runs each, 1.36 at 5 ms and 1.31 at 0.2 ms). Taking turns still cost
 most: a transformers Llama forward launches a few dozen operators per layer, each one a turn, and
 `perf/gil.py` measures its 32 layers' launches 2.3x slower beside the producer's `MetaScorer.prepare` (2.7x
 beside the finishing step) than alone; a producer in a process of its own would not take those turns,
-but on perf/simulated.py's device it gained nothing and cost seconds of CPU a run (README, "A producer
+but on perf/simulated.py's device it gained nothing and cost seconds of CPU a run (perf/README.md, "A producer
 process, tried"): the producer's own Python is kept small instead (`prefix._PrefixTree`: arrays).
 `runs.score_resumably` runs a plain scoring function whole in the run step.
 """
@@ -69,7 +69,7 @@ def frozen_heap():
     freeze their heap after warm-up for the same reason). Frozen, a full pass walks only what the run made (the
     chunks in flight, mostly their encodings: 0.06-0.2 s) but is due whenever a quarter as many objects as it
     walked last time have outlived the young passes: 4 times a chunk at Python's thresholds, about once a chunk
-    after 100 middle passes, once in the 17 chunks of a quarter of XCOMPS after 1,000 (README). The garbage that
+    after 100 middle passes, once in the 17 chunks of a quarter of XCOMPS after 1,000 (perf/README.md). The garbage that
     only a full pass frees is rare here (~130 objects in meta scoring of 9,180 pairs)."""
     with _FROZEN["lock"]:
         if _FROZEN["depth"] == 0:

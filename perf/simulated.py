@@ -28,7 +28,7 @@ Device time: `tokens × body_s_per_token` for a forward over `tokens` (batch row
 each block is charged its share, so a forward stopped after a layer costs that share) plus `rows ×
 head_s_per_row` for the vocabulary projection of `rows` states, and never less than reading the weights of
 what ran once at H200's memory bandwidth (a small batch costs that much on a real GPU). The rates come from
-the H200 run in README "The whole workflow" (source below); shapes not measured there are scaled by their
+the H200 run in perf/README.md "The whole workflow" (source below); shapes not measured there are scaled by their
 FLOPs per token.
 """
 
@@ -43,13 +43,13 @@ from torch import nn
 
 # ------------------------------------------------------------------------------------------- the rates
 
-# Source: README "The whole workflow", NVIDIA H200, 2026-11-26, llama-3.1-8b shapes, random weights, bfloat16,
+# Source: perf/README.md "The whole workflow", NVIDIA H200, 2026-11-26, llama-3.1-8b shapes, random weights, bfloat16,
 # torch 2.11.0+cu130, 9,180 XCOMPS-sized pairs (171,828 text tokens), batch budget 4096:
 #   body: "body forward, own batches" 5.443 s / 171,828 tokens                          = 31.7 us per token;
 #   head: direct's floor (body + needed rows' logits) 6.897 s minus the body's 5.443 s over the
 #         153,468 scored rows (every token but BOS)                                      = 9.47 us per row.
 MEASURED = {"llama-3.1-8b": {"body_s_per_token": 5.443 / 171_828, "head_s_per_row": (6.897 - 5.443) / 153_468,
-                             "source": "README 'The whole workflow', H200 2026-11-26"}}
+                             "source": "perf/README.md 'The whole workflow', H200 2026-11-26"}}
 
 
 # A pass cannot be faster than reading its weights once: H200 memory bandwidth, 4.8 TB/s (NVIDIA's data sheet).

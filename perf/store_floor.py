@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from babelprobe.extract import open_store  # noqa: E402
 from babelprobe.extract.store import StoreWriter, default_shard_size, storage_dtype  # noqa: E402
 
-# the simulated H200's direct phase at the 8B shape, fused extraction (README "Rows encoded where they are
+# the simulated H200's direct phase at the 8B shape, fused extraction (perf/README.md "Rows encoded where they are
 # pooled": device ms per pair of `perf/workflow.py --shape llama-3.1-8b --device simulated --pairs 135`)
 DEVICE_MS_PER_PAIR = 0.764
 WRITE_BYTES = 1 << 20  # the floor's write, in pieces the size of the store's HDF5 chunks (one write of a whole

@@ -75,7 +75,7 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path, device):
         tick = 1000 * 0.02 / report["run"]["pairs_total"]  # os.times counts the kernel's share in 10 ms ticks
         assert 0 <= row["host_sys_ms_per_pair"] <= row["host_ms_per_pair"] + tick, name
     assert phases["extract"]["floor"] == "fused into direct"
-    assert phases["probe"]["seconds"] > 0  # README's command probes layer 0 only (--probe-layers)
+    assert phases["probe"]["seconds"] > 0  # perf/README.md's command probes layer 0 only (--probe-layers)
 
 
 def test_the_queued_simulated_device_runs_beside_the_host_and_waits_where_a_gpu_waits():

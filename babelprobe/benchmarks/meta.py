@@ -65,7 +65,7 @@ PLACEHOLDERS = ("property", "word1", "word2")
 # few forward passes however many texts it holds, so a chunk of twice the pairs (its tree within
 # `prefix.CHUNK_KV_BYTES`) runs fewer passes per pair: 9,180 XCOMPS-sized pairs at the 8B shape, planned as on a
 # GPU, took 140 passes of 332k padded new tokens in chunks of 2,000 and 103 of 312k in chunks of 4,000
-# (README "Meta's trees of 4,000 pairs").
+# (perf/README.md "Meta's trees of 4,000 pairs").
 TREE_CHUNK_PAIRS = 4000
 PROMPT_SETS = {"xcomps": "xcomps_meta", "xcomps-babelprobe": "xcomps_meta_babelprobe"}  # name -> data/prompts file
 CONCEPT_FIELDS = ("property", "acceptable_concept", "unacceptable_concept")

@@ -21,7 +21,7 @@ copy runs; `PooledRows.wait` returns the numpy arrays once it is done (on CPU: a
 uint16), encoded and checked for NaN/inf where they were pooled, with a [batch, n_columns] flag of the finite
 rows: on a GPU the host then neither converts nor scans them, and half the bytes cross to it for a bfloat16
 store (an 8B model's every layer is 270 KB per item in bfloat16: the store's host work is what bound fused
-direct scoring, README "The store's writing"). The encoding is torch's float32 -> bfloat16 conversion, round
+direct scoring, perf/README.md "The store's writing"). The encoding is torch's float32 -> bfloat16 conversion, round
 to nearest even on every device (`store.encode_tensor`, which the host's `store.encode_array` uses too), so
 the bytes are the same either way.
 """

@@ -144,7 +144,7 @@ def _read_staged(ds, rows: slice, layers: slice, pinned: bool) -> np.ndarray:
     """`ds[rows, layers, :]` read into this thread's reused buffer (page-locked when `pinned`: a copy to a GPU
     from it is a DMA, not the driver's staged copy of pageable memory), valid until the thread's next read.
     A fresh array per read costs its pages' faults: HDF5's reads of a bfloat16 store at the 8B width went from
-    2.0 to 3.6 GB/s here reused (README "... store reads through one buffer")."""
+    2.0 to 3.6 GB/s here reused (perf/README.md "... store reads through one buffer")."""
     shape = (rows.stop - rows.start, layers.stop - layers.start, ds.shape[2])
     size = int(np.prod(shape)) * ds.dtype.itemsize
     held = getattr(_STAGED, "buffer", None)

@@ -45,7 +45,7 @@ LOGIT_CHUNK_BYTES = 1 << 29  # fp32 logits materialised at once: 512 MiB (512 ro
 # 262k vocabulary: the projection runs ~20% faster than at 256 rows on a CPU)
 CPU_ROWS, CPU_VOCAB_BLOCK = 1024, 4096  # a CPU projects 1,024 rows × 4,096 token ids (16 MiB) at a time: the
 # product runs faster on such blocks than on the whole vocabulary, and the log-normaliser reads each block from
-# the cache instead of memory (the default model, one core: 1.5× faster than 512 rows of every logit; README)
+# the cache instead of memory (the default model, one core: 1.5× faster than 512 rows of every logit; perf/README.md)
 
 
 @dataclass
