@@ -98,8 +98,9 @@ class Encoding(NamedTuple):
 # 256 tokens and 2.6-2.8 ms at 512 and more (perf/README.md "CPU, the real Gemma-3-270M"), ~64 tokens a pass.
 # Accelerators: an 8B model's pass costs ~25 ms of launches and weight reads whatever its size (331 fill-cut
 # batches took 13.7 s, 43 budget-only ones of the same texts 5.4 s, an H200), against 31.7 us a token
-# (perf/simulated.py's measured rate): ~790 tokens. Measured since (perf/README.md, 2026-11-28): on that CPU 16, 64 and 160
-# gave direct's and meta's times within noise; on an H200, 768 cut meta's device time by 11.6% against the old cuts.
+# (perf/simulated.py's measured rate): ~790 tokens. Measured since (perf/README.md, 2026-11-28): on that CPU 16, 64
+# and 160 gave direct's and meta's times within noise; on an H200, 768 cut meta's device time by 11.6% against the
+# old cuts.
 CPU_PASS_TOKENS = 64
 ACCELERATOR_PASS_TOKENS = 768
 

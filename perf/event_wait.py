@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}: {args.seconds} s of device work a round; "
           f"context flag asked {args.context_flag}, the context's scheduling flags read back {flags} (0x0 auto, "
           "0x1 spin, 0x2 yield, 0x4 blocking)")
-    print("| wait on | rounds | wait s | waiting thread's CPU s | CPU ÷ wait | main thread's driver calls/s meanwhile |")
+    print("| wait on | rounds | wait s | waiting thread's CPU s | CPU ÷ wait "
+          "| main thread's driver calls/s meanwhile |")
     print("|---|---|---|---|---|---|")
     for kind, label in KINDS.items():
         mine = [r for r in rounds if r["kind"] == kind]
