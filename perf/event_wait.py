@@ -48,10 +48,9 @@ KINDS = {"default": "CUDA's default event", "blocking": "blocking event (models.
 def loaded_library(stem: str, maps: str) -> str | None:
     """The path of the shared library named `stem...` (e.g. libcudart.so.12) that this process has loaded, from
     /proc/self/maps' text: PyTorch's own copy (a second copy loaded from elsewhere has a state of its own)."""
-    for line in maps.splitlines():
-        path = line.split()[-1] if len(line.split()) >= 6 else ""
-        if Path(path).name.startswith(stem):
-            return path
+    for fields in map(str.split, maps.splitlines()):
+        if len(fields) >= 6 and Path(fields[5]).name.startswith(stem):  # address, perms, offset, dev, inode, path
+            return fields[5]
     return None
 
 

@@ -333,8 +333,9 @@ def _read_back() -> None:
 def queued_reads() -> None:
     """babelprobe's one read back per chunk (`Readback`) and per extraction batch (`Pooler.result_async`) as a
     GPU run has them: queued without waiting, their `wait()` waiting for the device work launched before them
-    only (a CUDA event's semantics), asleep (babelprobe's events block: `models.copies_done`). A patch of this process's babelprobe classes, installed by
-    perf/workflow.py for `--device simulated-gpu` (on the synchronous device every read is already done)."""
+    only (a CUDA event's semantics), asleep (babelprobe's events block: `models.copies_done`). A patch of this
+    process's babelprobe classes, installed by perf/workflow.py for `--device simulated-gpu` (on the synchronous
+    device every read is already done)."""
     from babelprobe.benchmarks.core.logprobs import Readback
     from babelprobe.extract.capture import PooledRows, Pooler
 

@@ -304,12 +304,13 @@ class StoreWriter:
         for leftover in self.path.glob(".shard-*.tmp"):
             leftover.unlink(missing_ok=True)  # partial shards of a killed run
         existing, shards = self.path / MANIFEST, sorted(self.path.glob("shard-*.h5"))
-        if existing.exists() and not overwrite:
+        has_manifest = existing.exists()
+        if has_manifest and not overwrite:
             self._check_same(existing)
         elif shards and not overwrite:
             raise BabelprobeError(f"{self.path} has shard files but no {MANIFEST}; "
                                   "pass --overwrite to replace them or choose another --out")
-        replace = overwrite and (existing.exists() or bool(shards))
+        replace = overwrite and (has_manifest or bool(shards))
         todo = [k for k in range(self.n_shards) if replace or not self.shard_is_done(k)]
         # the room is checked before an overwrite removes anything: a store refused is a store kept
         replaced = {f.name for f in shards} if replace else {shard_name(k) for k in todo}
