@@ -347,8 +347,9 @@ def run(args) -> tuple[list[dict], dict]:
 
 def simulate_gpu_batching() -> None:
     """The simulated device is batched as a GPU is: batches cut at an accelerator's cost of a forward pass,
-    prefix-tree batches bounded by their new tokens (the device policies of `models.pass_tokens`,
-    `prefix.past_budget`; an older babelprobe's `min_fill`, none on a GPU)."""
+    prefix-tree batches bounded by their new tokens, fresh tensors for a tree's gathered pasts (the device
+    policies of `models.pass_tokens`, `prefix.past_budget`, `prefix.keeps_memory`; an older babelprobe's
+    `min_fill`, none on a GPU)."""
     import babelprobe.models as models
 
     policies = {"pass_tokens": lambda device: models.ACCELERATOR_PASS_TOKENS, "min_fill": lambda device: 0.0}
@@ -363,6 +364,7 @@ def simulate_gpu_batching() -> None:
     except ImportError:  # an older babelprobe (a "before" run) has no device policy for prefix trees
         return
     prefix.past_budget = lambda device: prefix.PAST_PER_TOKEN
+    prefix.keeps_memory = lambda device: False  # a GPU's allocator reuses freed blocks (an older babelprobe: unused)
 
 
 def warm_up(lm) -> None:

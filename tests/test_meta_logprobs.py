@@ -68,6 +68,8 @@ def test_matches_plain_forward_pass(name, past, stack, monkeypatch):
                         lambda device: CPU_PASS_TOKENS if past is None else ACCELERATOR_PASS_TOKENS)
     monkeypatch.setattr(prefix, "STACK_KV", stack)
     monkeypatch.setattr(logprobs, "_blockwise", lambda lm, device: past is None)  # an accelerator: every logit
+    if past is not None:  # and fresh tensors each batch, as a GPU's allocator gives them (not a CPU's kept memory)
+        monkeypatch.setattr(prefix, "keeps_memory", lambda device: False)
     lm = MODELS[name]()
     vocab = lm.parts.head.weight.shape[0]
     texts, starts = requests()
@@ -375,5 +377,30 @@ def test_a_pass_writes_its_keys_after_the_gathered_past_without_concatenating(bu
 
     monkeypatch.setattr(DynamicLayer, "update", no_concatenation)
     scored = shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, chunk_tokens=50, progress=False)
+    for s, e in zip(scored, expected):
+        np.testing.assert_allclose(s.logprobs, e, atol=2e-5)
+
+
+def test_the_past_is_gathered_into_kept_memory_on_a_cpu(monkeypatch):
+    """On a CPU every batch's past is copied into one tensor and every chunk's node rows into another, each made
+    once for the plan's largest (`prefix._KeptMemory`: memory touched for the first time costs more there than
+    the copy), over many small batches and chunks; the scores still equal the plain forward pass's."""
+    import babelprobe.benchmarks.core.prefix as prefix
+
+    lm = tiny_lm("llama")
+    texts, starts = requests()
+    expected = [reference(lm, text, start) for text, start in zip(texts, starts)]
+    rooms, stacks, gathered = [], [], prefix._NodeKV._gathered  # kept referenced: no address is reused
+
+    def recorded(self, rows):
+        stacks.append(self.stacked)
+        rooms.append(gathered(self, rows))
+        return rooms[-1]
+
+    monkeypatch.setattr(prefix._NodeKV, "_gathered", recorded)
+    scored = shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, chunk_tokens=50, progress=False)
+    assert len(rooms) >= 10 and len({id(t) for t in stacks}) >= 3  # gathers, chunks
+    assert len({t.untyped_storage().data_ptr() for t in rooms}) == 1
+    assert len({t.untyped_storage().data_ptr() for t in stacks}) == 1
     for s, e in zip(scored, expected):
         np.testing.assert_allclose(s.logprobs, e, atol=2e-5)

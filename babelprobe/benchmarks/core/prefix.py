@@ -53,6 +53,11 @@ def past_budget(device: torch.device) -> int | None:
     return None if device.type == "cpu" else PAST_PER_TOKEN
 
 
+def keeps_memory(device: torch.device) -> bool:
+    """Whether a plan's gathered pasts and node rows are made once and reused (`_KeptMemory`): on a CPU."""
+    return device.type == "cpu"
+
+
 def kv_room(lm: LoadedModel) -> int | None:
     """Bytes that a chunk's kept keys and values, and separately a batch's copied past, may each take on a CUDA
     device: a quarter of its memory beyond the model's weights there (the rest: the batch's activations and
@@ -176,9 +181,10 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
         token_ids.clear()
         state_of.clear()
 
+    memory = _KeptMemory.for_plan(plan) if keeps_memory(lm.device) else None
     with torch.inference_mode(), sync_free_attention(lm):
         for n_nodes, batches in plan.chunks:
-            kept = _NodeKV(n_nodes)
+            kept = _NodeKV(n_nodes, memory)
             for batch in batches:
                 hidden = _run_segments(lm, batch, kept)
                 if batch["slots"] is not None:
@@ -455,10 +461,11 @@ class _NodeKV:
     one device (a few operations per batch, however many layers), else one [nodes, kv_heads, head_dim] pair
     per layer (a model dispatched over devices keeps each layer's on that layer's device). Stacked, a batch's
     past is gathered with room for its new tokens after it (`_in_place_layers`), and its new tokens are kept
-    from there in one operation."""
+    from there in one operation; with `memory`, both are made in it (`_KeptMemory`)."""
 
-    def __init__(self, n_nodes: int):
+    def __init__(self, n_nodes: int, memory: _KeptMemory | None = None):
         self.n_nodes = n_nodes
+        self.memory = memory
         self.stacked: torch.Tensor | None = None
         self.keys: list = []
         self.values: list = []
@@ -476,11 +483,21 @@ class _NodeKV:
         if self.stacked is not None:
             width_past = index.shape[1]
             # the past's rows, then `width_new` of the root's as room for the new tokens (written by the pass)
-            self.room = self.stacked[torch.nn.functional.pad(index.to(self.stacked.device), (0, width_new))]
+            self.room = self._gathered(torch.nn.functional.pad(index.to(self.stacked.device), (0, width_new)))
             cache.layers.extend(_in_place_layers(self.room, width_past))
             return cache
         return _filled(cache, ((k[index.to(k.device)].transpose(1, 2), v[index.to(v.device)].transpose(1, 2))
                                for k, v in zip(self.keys, self.values)))
+
+    def _gathered(self, rows: torch.Tensor) -> torch.Tensor:
+        """The kept rows `rows` [B, T] as [B, T, 2, L, H, D]. In kept memory by `index_select`, which copies whole
+        rows where indexing goes element by element (twice as long on a CPU); else by indexing (one launch)."""
+        if self.memory is None:
+            return self.stacked[rows]
+        shape = (rows.numel(), *self.stacked.shape[1:])
+        out = self.memory.take("room", shape, self.stacked)
+        torch.index_select(self.stacked, 0, rows.reshape(-1), out=out)
+        return out.view(*rows.shape, *shape[1:])
 
     def store(self, cache, width_past: int, rows: torch.Tensor, cols: torch.Tensor, nodes: torch.Tensor) -> None:
         """Keep the new tokens' keys and values (batch row, column) as the rows of their nodes."""
@@ -492,7 +509,8 @@ class _NodeKV:
         if self.stacked is None and not self.keys and STACK_KV:
             first = layers[0].keys
             if all(layer.keys.device == first.device and layer.keys.shape == first.shape for layer in layers):
-                self.stacked = first.new_zeros((self.n_nodes, 2, len(layers), first.shape[1], first.shape[3]))
+                shape = (self.n_nodes, 2, len(layers), first.shape[1], first.shape[3])
+                self.stacked = self.memory.take("nodes", shape, first).zero_() if self.memory else first.new_zeros(shape)
         if self.stacked is not None:
             new = torch.stack([torch.stack([layer.keys[:, :, width_past:] for layer in layers]),
                                torch.stack([layer.values[:, :, width_past:] for layer in layers])])
@@ -508,3 +526,29 @@ class _NodeKV:
                 self.values.append(new_v.new_zeros((self.n_nodes, *new_v.shape[1:])))
             self.keys[layer][n] = new_k
             self.values[layer][n] = new_v
+
+
+class _KeptMemory:
+    """On a CPU, the memory of every chunk's node rows and of every batch's gathered past, each made once at the
+    plan's largest (`for_plan`) and reused: memory touched for the first time costs more there than what is then
+    done with it (a batch's past on the default model: up to 150 MB; perf/README.md, "The past gathered into kept
+    memory"). A GPU's allocator keeps freed blocks itself."""
+
+    def __init__(self, rows: dict[str, int]):
+        self.rows = rows  # name -> the most rows it is asked for
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def for_plan(cls, plan: PrefixPlan) -> _KeptMemory:
+        rooms = [len(b["past_rows"]) * (b["width_past"] + b["input_ids"].shape[1])
+                 for _, batches in plan.chunks for b in batches if b["past_rows"] is not None]
+        return cls({"nodes": max((n for n, _ in plan.chunks), default=0), "room": max(rooms, default=0)})
+
+    def take(self, name: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
+        """An uninitialised tensor of `shape` (like `like`), the first rows of the one kept under `name`."""
+        kept = self.tensors.get(name)
+        if kept is None or kept.shape[1:] != shape[1:] or len(kept) < shape[0] or kept.dtype != like.dtype \
+                or kept.device != like.device:
+            self.tensors.pop(name, None)  # the old one freed before the new one is made
+            kept = self.tensors[name] = like.new_empty((max(shape[0], self.rows.get(name, 0)), *shape[1:]))
+        return kept[:shape[0]]
