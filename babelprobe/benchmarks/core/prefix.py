@@ -546,9 +546,10 @@ class _KeptMemory:
 
     def take(self, name: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
         """An uninitialised tensor of `shape` (like `like`), the first rows of the one kept under `name`."""
-        kept = self.tensors.get(name)
+        kept = self.tensors.pop(name, None)
         if kept is None or kept.shape[1:] != shape[1:] or len(kept) < shape[0] or kept.dtype != like.dtype \
                 or kept.device != like.device:
-            self.tensors.pop(name, None)  # the old one freed before the new one is made
-            kept = self.tensors[name] = like.new_empty((max(shape[0], self.rows.get(name, 0)), *shape[1:]))
+            kept = None  # the old one freed before the new one is made
+            kept = like.new_empty((max(shape[0], self.rows.get(name, 0)), *shape[1:]))
+        self.tensors[name] = kept
         return kept[:shape[0]]
