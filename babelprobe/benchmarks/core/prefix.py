@@ -545,11 +545,8 @@ class _KeptMemory:
         return cls({"nodes": max((n for n, _ in plan.chunks), default=0), "room": max(rooms, default=0)})
 
     def take(self, name: str, shape: tuple, like: torch.Tensor) -> torch.Tensor:
-        """An uninitialised tensor of `shape` (like `like`), the first rows of the one kept under `name`."""
-        kept = self.tensors.pop(name, None)
-        if kept is None or kept.shape[1:] != shape[1:] or len(kept) < shape[0] or kept.dtype != like.dtype \
-                or kept.device != like.device:
-            kept = None  # the old one freed before the new one is made
-            kept = like.new_empty((max(shape[0], self.rows.get(name, 0)), *shape[1:]))
-        self.tensors[name] = kept
-        return kept[:shape[0]]
+        """An uninitialised tensor of `shape` (like `like`), the first rows of the one kept under `name` (made at
+        the first call: the plan's sizes bound every later one, and one model's rows are all alike)."""
+        if name not in self.tensors:
+            self.tensors[name] = like.new_empty((max(shape[0], self.rows[name]), *shape[1:]))
+        return self.tensors[name][:shape[0]]
