@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from babelprobe.errors import BabelprobeError
 from babelprobe.items import items_hash
 from babelprobe.pipeline import frozen_heap, pipelined
-from babelprobe.tables import atomic_path, check_out_dir, write_table
+from babelprobe.tables import atomic_path, check_out_dir, csv_rows, write_csv_rows
 
 # Units per chunk: what a Ctrl-C can cost. Each chunk is scored on its own (tokenised, sorted by length,
 # batched, tabulated, written), so small chunks mean part-filled batches and per-chunk bookkeeping: 9,180
@@ -215,9 +215,13 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         bar = tqdm(total=len(pair_ids), initial=already, unit=unit.removesuffix("_id"), desc=desc,
                    disable=not progress, dynamic_ncols=True)
 
+        lines = {}  # a chunk's rows as CSV, made while the device runs the next one (`tables.csv_rows`)
+
         def write(k, rows):  # on the pipeline's finishing thread, while the device runs the next chunk
             with atomic_path(partial / f"chunk-{todo[k]:05d}.parquet") as tmp:
                 rows.to_parquet(tmp, index=False)
+            if out.suffix == ".csv":
+                lines[todo[k]] = csv_rows(rows)
             bar.update(len(chunks[todo[k]]))
 
         todo = [index for index in range(len(chunks)) if index not in done]
@@ -247,11 +251,12 @@ def score_resumably(score: Callable[[pd.DataFrame], pd.DataFrame], items: pd.Dat
         frames = [fresh[i] if i in fresh else pd.read_parquet(partial / f"chunk-{i:05d}.parquet")
                   for i in range(len(chunks))]
         result = pd.concat(frames, ignore_index=True) if frames else score(items)
+        order = None
         if together is not None and len(result):  # the items' order of units (a stable sort keeps each unit's rows)
-            position = pd.Index(units).get_indexer(result[unit])
-            result = result.iloc[np.argsort(position, kind="stable")]
-            result = result.reset_index(drop=True)
-        write_table(result, out)
+            order = np.argsort(pd.Index(units).get_indexer(result[unit]), kind="stable")
+            result = result.iloc[order].reset_index(drop=True)
+        # the table joined from its chunks' lines where each was made here, else formatted now
+        write_csv_rows(result, [lines.get(i) for i in range(len(chunks))], order, out)
         shutil.rmtree(partial, ignore_errors=True)
         return result
     finally:

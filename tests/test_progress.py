@@ -264,9 +264,9 @@ def test_a_run_scores_and_writes_its_table_with_the_heap_alive_before_it_frozen(
     import babelprobe.runs as runs
 
     items = pd.DataFrame({"pair_id": [f"p{k}" for k in range(4)], "item_id": [f"i{k}" for k in range(4)]})
-    frozen, write_table = [], runs.write_table
-    monkeypatch.setattr(runs, "write_table", lambda rows, out: frozen.append(gc.get_freeze_count()) or
-                        write_table(rows, out))
+    frozen, write = [], runs.write_csv_rows
+    monkeypatch.setattr(runs, "write_csv_rows", lambda rows, *a: frozen.append(gc.get_freeze_count()) or
+                        write(rows, *a))
 
     def score(chunk):
         frozen.append(gc.get_freeze_count())
@@ -275,3 +275,69 @@ def test_a_run_scores_and_writes_its_table_with_the_heap_alive_before_it_frozen(
     rows = score_resumably(score, items, tmp_path / "rows.csv", {"what": "test"}, chunk_pairs=2, progress=False)
     assert len(rows) == 4 and len(frozen) == 3 and min(frozen) > 0  # two chunks, then the table
     assert gc.get_freeze_count() == 0
+
+
+def tricky_table(n: int, seed: int) -> pd.DataFrame:
+    """Rows with what a CSV writer must quote or spell out: separators, quotes, line breaks, empty and missing
+    cells, non-ASCII text, JSON lists, floats of every magnitude, NaN and infinities, flags, integers."""
+    rng = np.random.default_rng(seed)
+    words = ["plain", "a,b", 'say "hi"', "two\nlines", "cr\ronly", "", " pad ", "日本語", "ünï", "x\r\ny"]
+    floats = rng.choice([0.1, 1e-5, -2.5e20, 1 / 3, -0.0, np.nan, np.inf, 12.0], n) * rng.normal(size=n)
+    return pd.DataFrame({
+        "pair_id": [f"p{k:03d}" for k in range(n)],
+        "text": pd.array(rng.choice(words, n), dtype="str"),
+        "note": [rng.choice(words) if k % 5 else None for k in range(n)],
+        "tokens": [[int(t) for t in rng.integers(0, 9, k % 3)] if k % 4 else "none" for k in range(n)],
+        "score": floats, "n": rng.integers(-5, 10**12, n), "flag": rng.random(n) < 0.5})
+
+
+def test_a_table_joined_from_its_chunks_lines_is_the_table_pandas_writes(tmp_path):
+    """`write_csv_rows` joins the lines each chunk made (`csv_rows`, in any order of rows) into the very bytes
+    `write_table` writes for the whole table; where a chunk's lines cannot stand for the whole (a column's dtype
+    differs: integers beside missing ones read as floats; categories; a cell holding the record separator) the
+    table is formatted whole, the same bytes again."""
+    from babelprobe.tables import csv_rows, write_csv_rows, write_table
+
+    whole = tricky_table(60, seed=1)
+    chunks = [whole.iloc[a:b].reset_index(drop=True) for a, b in ((0, 7), (7, 31), (31, 60))]
+    order = np.random.default_rng(2).permutation(len(whole))
+    write_table(whole.iloc[order].reset_index(drop=True), tmp_path / "pandas.csv")
+    write_csv_rows(whole.iloc[order].reset_index(drop=True), [csv_rows(c) for c in chunks], order,
+                   tmp_path / "joined.csv")
+    expected = (tmp_path / "pandas.csv").read_bytes()
+    assert b'"two\nlines"' in expected and (tmp_path / "joined.csv").read_bytes() == expected
+
+    missing = chunks[1].assign(n=np.nan)  # its integers read as floats once concatenated
+    odd = chunks[2].assign(text=chunks[2]["text"].str.cat(["\x1e"] * len(chunks[2])))
+    assert csv_rows(odd) is None and csv_rows(chunks[0].assign(text=chunks[0]["text"].astype("category"))) is None
+    for parts in ([chunks[0], missing, chunks[2]], [chunks[0], chunks[1], odd]):
+        frame = pd.concat(parts, ignore_index=True)
+        write_table(frame, tmp_path / "pandas.csv")
+        write_csv_rows(frame, [csv_rows(c) for c in parts], None, tmp_path / "joined.csv")
+        assert (tmp_path / "joined.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
+
+
+def test_a_run_writes_its_table_from_its_chunks_lines_after_the_last_pass(tmp_path, monkeypatch):
+    """A scorer in three steps has each chunk's CSV lines made on the finishing thread; the table is then joined
+    from them, rows in the items' order of units, not formatted by pandas after the last chunk, and it is the
+    table pandas writes for the rows returned."""
+    import babelprobe.tables as tables
+
+    table = tricky_table(40, seed=3).assign(text=[f"t{k % 7}" for k in range(40)], tokens=[[k, 1] for k in range(40)])
+    items = table[["pair_id", "text"]].assign(item_id=table["pair_id"])
+
+    class Steps:
+        prepare = run = staticmethod(lambda chunk: chunk)
+
+        def finish(self, chunk):
+            return table.set_index("pair_id").loc[chunk["pair_id"]].reset_index()
+
+    formatted, to_csv = [], pd.DataFrame.to_csv
+    monkeypatch.setattr(pd.DataFrame, "to_csv", lambda self, *a, **k: formatted.append(len(self)) or
+                        to_csv(self, *a, **k))
+    rows = score_resumably(Steps(), items, tmp_path / "rows.csv", {"what": "test"}, chunk_pairs=8, progress=False,
+                           together="text")
+    assert rows["pair_id"].tolist() == table["pair_id"].tolist()
+    assert formatted[-1] == 0 and max(formatted) == 8 and sum(formatted) == len(table)  # chunks, then the header
+    tables.write_table(rows, tmp_path / "pandas.csv")
+    assert (tmp_path / "rows.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
