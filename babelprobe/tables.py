@@ -2,7 +2,9 @@
 
 Every result file babelprobe writes goes through `write_table`: it writes to a temporary file in the
 same directory and renames it into place, so a crash never leaves a half-written table under its
-final name and an earlier result stays intact until the new one is complete.
+final name and an earlier result stays intact until the new one is complete. A long run's CSV can also be
+joined from lines its chunks made as they finished (`csv_rows`, `write_csv_rows`): the same bytes, written the
+same way.
 
 A list-valued field (say COMPS-WUGS's `nonsense_words`) is written to CSV as a JSON list
 (`["wug", "fep"]`), not as Python's or numpy's repr, and `read_table` turns such a column back into
@@ -119,18 +121,6 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
 ROW_END = "\x1e\n"
 
 
-def csv_rows(frame: pd.DataFrame) -> CsvRows | None:
-    """Each row of `frame` as `write_table` writes it to CSV, or None where they cannot be made row by row: a
-    column whose cells' text depends on the others (dates, categories: pandas formats those per column) or a
-    cell holding `ROW_END`'s separator."""
-    if not all(_formats_per_cell(frame[c].dtype) for c in frame.columns):
-        return None
-    text = encode_json_lists(frame).to_csv(index=False, header=False, lineterminator=ROW_END)
-    if text.count(ROW_END[0]) != len(frame):
-        return None
-    return CsvRows(tuple(frame.columns), tuple(frame.dtypes), text.encode("utf-8").split(ROW_END.encode())[:-1])
-
-
 @dataclass(frozen=True)
 class CsvRows:
     """A table's rows as CSV lines (UTF-8, without their line ends), and the columns and dtypes they were made
@@ -139,6 +129,18 @@ class CsvRows:
     columns: tuple
     dtypes: tuple
     lines: list[bytes]
+
+
+def csv_rows(frame: pd.DataFrame) -> CsvRows | None:
+    """Each row of `frame` as `write_table` writes it to CSV, or None where they cannot be made row by row: a
+    column whose cells' text depends on the others (dates, categories: pandas formats those per column) or a
+    cell holding `ROW_END`'s separator."""
+    if not all(_formats_per_cell(dtype) for dtype in frame.dtypes):
+        return None
+    text = encode_json_lists(frame).to_csv(index=False, header=False, lineterminator=ROW_END)
+    if text.count(ROW_END[0]) != len(frame):
+        return None
+    return CsvRows(tuple(frame.columns), tuple(frame.dtypes), text.encode("utf-8").split(ROW_END.encode())[:-1])
 
 
 def write_csv_rows(frame: pd.DataFrame, pieces: list[CsvRows | None], order: np.ndarray | None,
