@@ -266,12 +266,18 @@ def test_16_full_disk_keeps_finished_parts_and_earlier_results(work, capsys, mon
     root, model, items = work
     out = root / "r16.csv"
     out.write_text("an earlier result\n")
+    import builtins
+
     import babelprobe.runs as checkpoint
 
-    def full(*args, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device")
+    real_open = builtins.open
 
-    monkeypatch.setattr(pd.DataFrame, "to_csv", full)  # the chunks fit, the final table does not
+    def full(file, mode="r", *args, **kwargs):  # the disk fills when the final table's bytes are written
+        if Path(str(file)).name.startswith(".r16.csv.") and set(mode) & set("wax+"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full)  # the chunks (Parquet, written by pyarrow) fit
     monkeypatch.setattr(checkpoint, "CHUNK_PAIRS", 4)
     fails(direct(model, items, out), capsys, "r16.csv", "No space left on device", "free some space")
     assert out.read_text() == "an earlier result\n"
