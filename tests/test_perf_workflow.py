@@ -412,3 +412,19 @@ def test_the_simulated_devices_shape_rules_agree_with_the_meta_devices():
         if func is aten.slice.Tensor:
             assert got.stride() == expected.stride(), args[1:]
     assert simulated.SHAPE_RULES[aten.sub.Tensor](simulated.SimTensor(x.permute(3, 2, 1, 0)), 1.0) is None
+
+
+@pytest.mark.parametrize("scorer", ["meta", "direct"])
+def test_stages_times_each_chunks_steps_on_the_simulated_device(tmp_path, scorer):
+    """perf/stages.py must not rot: one scorer's run on the stand-in, each chunk's preparation, run and finishing
+    timed in order, the device's seconds all charged inside the runs, and the start and the tail of the run."""
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "stages.py"), "--scorer", scorer, "--shape", "tiny",
+                           "--pairs", "2", "--languages", "de,zh", "--batch-tokens", "256", "--repeat", "1",
+                           "--tmp", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "chunk" not in line]
+    assert [int(row[0]) for row in rows] == list(range(len(rows))) and rows
+    summary = done.stdout.strip().splitlines()[-1]
+    numbers = dict(zip(("wall", "device", "host"), (float(summary.split()[i]) for i in (1, 4, 7))))
+    assert abs(sum(float(row[3]) for row in rows) - numbers["device"]) < 1e-3 * len(rows) + 1e-9
+    assert 0 < numbers["device"] <= numbers["wall"] and "the run ended" in summary
