@@ -100,7 +100,6 @@ def one_round(lm, items, name: str, batch_tokens: int, tmp: Path) -> dict:
     timeline = Timeline(lm.simulated)
     scorer = scorer_for(name, lm, timeline, batch_tokens)
     busy, cpu = lm.simulated.busy, os.times()
-    timeline.origin = time.perf_counter()
     score_resumably(scorer, items, tmp / f"{name}.csv", {"what": "perf/stages.py"}, progress=False, model=lm,
                     together="text")
     wall, after = time.perf_counter() - timeline.origin, os.times()
