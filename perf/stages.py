@@ -142,8 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="rounds (the same model and items)")
     parser.add_argument("--tmp", type=Path, default=None, help="where the tables are written (a temporary folder)")
     args = parser.parse_args(argv)
-    if args.pairs < 1 or args.repeat < 1:
-        parser.error(f"--pairs {args.pairs}, --repeat {args.repeat}: each at least 1")
+    if min(args.pairs, args.repeat, args.batch_tokens) < 1:
+        parser.error(f"--pairs {args.pairs}, --repeat {args.repeat}, --batch-tokens {args.batch_tokens}: each at "
+                     "least 1")
     if args.tmp and not args.tmp.is_dir():
         parser.error(f"--tmp {args.tmp}: no such directory")
     items = synthetic_items(args.pairs, tuple(args.languages.split(",")))

@@ -428,3 +428,10 @@ def test_stages_times_each_chunks_steps_on_the_simulated_device(tmp_path, scorer
     numbers = dict(zip(("wall", "device", "host"), (float(summary.split()[i]) for i in (1, 4, 7))))
     assert abs(sum(float(row[3]) for row in rows) - numbers["device"]) < 1e-3 * len(rows) + 1e-9
     assert 0 < numbers["device"] <= numbers["wall"] and "the run ended" in summary
+
+
+@pytest.mark.parametrize("flag", [["--batch-tokens", "0"], ["--pairs", "0"], ["--repeat", "0"], ["--tmp", "/no/such"]])
+def test_stages_refuses_bad_settings_before_any_model(flag):
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "stages.py"), *flag], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and flag[0] in done.stderr and "Traceback" not in done.stderr
