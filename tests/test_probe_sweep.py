@@ -3,7 +3,10 @@ table contracts, out-of-fold scores, peaks, controls, nested C, transfer and bad
 
 from __future__ import annotations
 
+import io
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -291,6 +294,23 @@ def test_groups_side_by_side_give_the_same_tables(small):
     assert group_workers(None, "torch", "cpu", 68) == torch.get_num_threads()
     assert group_workers(None, "torch", "meta", 68) == 2 and group_workers(None, "torch", "meta", 1) == 1
     assert group_workers(None, "sklearn", "cpu", 68) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_groups_side_by_side_in_a_fresh_process_on_cuda(small):
+    """Two threads that first use CUDA's solver library at once fail in torch ("lazy wrapper should be called at
+    most once", pytorch/pytorch#90613; perf/probe_phase.py on an H200, 2026-11-29): the sweep loads it before its
+    groups' threads start. In a process of its own, where nothing has loaded it yet; the CPU's peaks."""
+    keys, X, path = small
+    code = ("import sys; from babelprobe.probes import probe; "
+            f"probe({str(path)!r}, device='cuda', workers=4, n_boot=0).peaks.to_csv(sys.stdout, index=False)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    on_cuda = pd.read_csv(io.StringIO(done.stdout))
+    on_cpu = run_probes(path, n_boot=0, workers=1).peaks
+    assert on_cuda[["language", "subset"]].values.tolist() == on_cpu[["language", "subset"]].values.tolist()
+    # float32 on another device may move an item across the boundary: F1 within one test item's change
+    np.testing.assert_allclose(on_cuda["peak_f1"], on_cpu["peak_f1"], atol=0.1)
 
 
 def test_bad_input_is_named(small, tmp_path):

@@ -50,7 +50,13 @@ from babelprobe.probes.metrics import f1_scores, fold_metrics, out_of_fold
 from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, peak_summary
 from babelprobe.probes.result import ProbeResult
 from babelprobe.probes.settings import ProbeSettings
-from babelprobe.probes.solvers import default_exact_max, fit_predict, resolve_device, single_threaded
+from babelprobe.probes.solvers import (
+    default_exact_max,
+    fit_predict,
+    load_linalg,
+    resolve_device,
+    single_threaded,
+)
 from babelprobe.probes.source import (
     as_store,
     group_name,
@@ -165,6 +171,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
                                 concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
         return {**_label_group(result, by, key), "at": at}
 
+    load_linalg(read_device)  # here, not first in two of map_groups' threads at once
     with frozen_heap():  # each group makes tables: no full collector pass over what was loaded before (the model)
         parts = map_groups(one_group, groups, workers, progress)
     record = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,

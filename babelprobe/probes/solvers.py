@@ -833,6 +833,14 @@ def single_threaded():
         torch.set_num_threads(threads)
 
 
+def load_linalg(device: torch.device | None) -> None:
+    """torch's linear algebra loaded for `device` from this thread, before threads solve on it: on CUDA the solver
+    library loads on first use, and two threads first using it at once fail with "lazy wrapper should be called at
+    most once" (pytorch/pytorch#90613; seen on an H200 with torch 2.11 when a sweep's two groups started together)."""
+    if device is not None and device.type == "cuda":
+        torch.linalg.cholesky_ex(torch.eye(1, device=device))
+
+
 def _train_moments(Xc: torch.Tensor, share: torch.Tensor, counts: np.ndarray):
     """Mean and scale [Lc, P, d] of each problem's training rows (`share` [P, n] = mask / count), as
     matrix products, a layer at a time (x² is a transient of one layer); near-constant features get
