@@ -16,7 +16,8 @@ the CUDA context's scheduling flag says, which PyTorch leaves at cudaDeviceSched
 more cores than contexts) and has no setter for (pytorch/pytorch#28224). `--context-flag blocking` sets
 cudaDeviceScheduleBlockingSync through PyTorch's own CUDA runtime (`cudaSetDeviceFlags`, the loaded libcudart
 called with ctypes) before the context is made, reads the flags back once it is, and measures the same waits:
-whether babelprobe should set it.
+whether babelprobe should set it. Then the latency each kind adds: many waits, each for a ~10 µs kernel launched
+just before (a blocking wait returns after an interrupt and the scheduler's wake-up, a spin at once).
 
     python perf/event_wait.py                          # a GPU; 2 rounds of each kind, ~1 s of device work each
     python perf/event_wait.py --context-flag blocking  # the same with the context's waits blocking
@@ -105,6 +106,27 @@ def one_round(kind: str, seconds: float, a: torch.Tensor, per_matmul: float, dev
             "calls_per_s": calls / (time.perf_counter() - start)}
 
 
+def short_waits(kind: str, device: torch.device, n: int = 400, cycles: int = 20_000) -> list[float]:
+    """The wall time of `n` waits, each for a short kernel (`cycles` GPU clock cycles of torch.cuda._sleep, ~10 µs
+    on an H200) launched just before: a blocking wait's wake-up (an interrupt, then the scheduler) against a spin's
+    return, the latency a pipeline's collecting thread adds each time it waits."""
+    walls = []
+    flag = torch.ones(1, device=device)
+    for _ in range(n):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        torch.cuda._sleep(cycles)
+        if kind == "read":
+            flag.sum().item()
+        else:
+            event = copies_done(device) if kind == "blocking" else torch.cuda.Event()
+            if kind == "default":
+                event.record(torch.cuda.current_stream(device))
+            event.synchronize()
+        walls.append(time.perf_counter() - start)
+    return walls
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=1.0, help="device work queued per round (default 1 s)")
@@ -147,6 +169,13 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu = statistics.median(r["wall"] for r in mine), statistics.median(r["cpu"] for r in mine)
         calls = statistics.median(r["calls_per_s"] for r in mine)
         print(f"| {label} | {len(mine)} | {wall:.3f} | {cpu:.3f} | {cpu / wall:.2f} | {calls:,.0f} |")
+    short = {kind: short_waits(kind, device) for kind in KINDS for _ in range(2)}  # the second round kept: warm
+    print("\n| a short wait (a ~10 µs kernel launched, then waited on) | waits | median µs | p90 µs | max µs |")
+    print("|---|---|---|---|---|")
+    for kind, label in KINDS.items():
+        walls = sorted(1e6 * w for w in short[kind])
+        print(f"| {label} | {len(walls)} | {statistics.median(walls):.1f} | {walls[int(0.9 * len(walls))]:.1f} "
+              f"| {walls[-1]:.1f} |")
     return 0
 
 

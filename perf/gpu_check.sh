@@ -17,9 +17,11 @@
 #   quarter's group sizes from a bfloat16 store, profiled, ~1.5 min), then `quarter`. Since 2026-11-29 also
 #   `wait` in that first call (perf/event_wait.py, ~30 s: the read backs' events now block instead of spinning;
 #   a synchronising read, and both with the context's flag set to blocking).
-#   before and after a change, in one call of ~2.5 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
+#   before and after a change, in one call of ~4 min: here `bash perf/gpu_check.sh before REV` (REV's babelprobe/
 #   and this tree's perf/ into .gpu/before), there `bash perf/gpu_check.sh ab` (9,180 pairs, no floors, the probe phase on
-#   layer 0 only: the current tree, then REV's, on the same warm GPU).
+#   layer 0 only: the current tree, REV's twice, the current tree again, on the same GPU). On 2026-11-29 `ab`, `wait`,
+#   `matmul` and `probe` took 218 s in one call, then `LIMIT=330 ... quarter` 242 s and `probe` plus `solver` 130 s
+#   (perf/README.md "An H200 again"); the next session: `before 6b9f844` here, the same calls, `ab` now 4 runs.
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -161,10 +163,16 @@ matmul)
 ab)
     # the current tree, then an earlier commit's (.gpu/before, from `before REV`), in turn on the same warm GPU
     [ -f .gpu/before/REV ] || { echo "no .gpu/before: run 'bash perf/gpu_check.sh before REV' here"; exit 2; }
-    say "after: the workflow at 9,180 pairs, no floors"
-    step after 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
-    say "before ($(cat .gpu/before/REV)): the same"
-    PERF=.gpu/before/perf step before 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
+    # in the order after, before, before, after: the first run on a fresh machine pays the first touch of the
+    # page cache its store fills (2026-11-29: direct's system time 0.47 ms/pair in the first run, 0.32 in the second)
+    for name in after before-1 before-2 after-2; do
+        say "$name ($([ "${name%%-*}" = before ] && cat .gpu/before/REV || echo this tree)): the workflow at 9,180 pairs, no floors"
+        PERF=$([ "${name%%-*}" = before ] && echo .gpu/before/perf || echo perf) \
+            step "$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
+        # into two files (at most 8 come back from a call)
+        for kind in md log; do { echo "## $name"; cat "$OUT/$name.$kind"; echo; } >> "$OUT/ab.$kind"; done
+        rm -f "$OUT/$name".{md,log,json}
+    done
     ;;
 floors)
     say "A: the workflow at 9,180 pairs with every floor"

@@ -37,7 +37,10 @@ trees, tables, writing, launching; "of which kernel": its system time, the store
 page faults), device = the simulated device's busy seconds (or, on CUDA, the NVML busy share × wall); wall ÷
 max(host, device) is 1.0 when they overlap fully and about 2 when they run in series. On a shared machine the
 thread that drives the device also waits for a CPU (its run-queue wait, from /proc/thread-self/schedstat); the
-table gives that wait and the ratio with it taken off the wall.
+table gives that wait and the ratio with it taken off the wall. Where a phase writes the activation store (direct,
+or a separate extraction), three columns say whether the store set its pace: how long the phase's loop waited for
+room in the store writer's queue, how long the shards still queued took after the last batch (the drain), and the
+shard writers' busy share (`StoreWriting`).
 Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
 extract phase only checks the store; `--separate` runs extraction as a pass of its own.
 
@@ -276,6 +279,46 @@ class Meter:
         return float(np.mean(self.busy)) if self.busy else float("nan")
 
 
+class StoreWriting:
+    """The activation store's writer during a phase (`extract.background.BackgroundWriter`, direct's fused pass or
+    a separate extraction): how long the phase's loop waited for room in the writer's queue (the store then sets
+    the pace), how long closing it took after the last batch (the shards still queued, written after the device's
+    last pass), and the shard writers' busy share of the phase."""
+
+    def __init__(self):
+        self.waited = self.drain = self.write = 0.0
+        self.writers = 0
+
+    def __enter__(self):
+        from babelprobe.extract import background
+
+        self._close = close = background.BackgroundWriter.close
+
+        def timed(writer):
+            start = time.perf_counter()
+            try:
+                return close(writer)
+            finally:
+                self.drain += time.perf_counter() - start
+                self.waited, self.write = self.waited + writer.waited, self.write + writer.write_seconds
+                self.writers = max(self.writers, writer.n_writers)
+
+        background.BackgroundWriter.close = timed
+        return self
+
+    def __exit__(self, *exc):
+        from babelprobe.extract import background
+
+        background.BackgroundWriter.close = self._close
+        return False
+
+    def row(self, seconds: float) -> dict:
+        if not self.writers:
+            return {}
+        return {"store_wait_s": round(self.waited, 3), "store_drain_s": round(self.drain, 3),
+                "store_busy": round(self.write / (self.writers * seconds), 2)}
+
+
 def run_queue_wait() -> float:
     """Seconds the calling thread has waited, ready to run, for a CPU (/proc/thread-self/schedstat; NaN where
     the kernel does not say). On a shared machine the thread that drives the device loses that time to other
@@ -405,7 +448,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
         if first and args.profile and name == args.profile_phase:
             produce = profiled(produce, Path(args.profile), device)
         try:
-            with Meter(device, lm.simulated) as phases[name]:
+            with Meter(device, lm.simulated) as phases[name], StoreWriting() as phases[name].store:
                 return stage(self, name, settings, produce, output, read)
         finally:
             calls.phase, fits.recording = None, False
@@ -414,7 +457,7 @@ def babelprobe_run(lm, items, tmp: Path, args, device, calls, fits) -> dict:
     def timed_store(*a, **k):
         calls.phase = "extract" if recording else None
         try:
-            with Meter(device, lm.simulated) as phases["extract"]:
+            with Meter(device, lm.simulated) as phases["extract"], StoreWriting() as phases["extract"].store:
                 return ensure_store(*a, **k)
         finally:
             calls.phase = None
@@ -470,8 +513,11 @@ def said(name: str, meter: Meter | None) -> None:
     finishes: a run stopped by a time limit (a lent GPU's call) still tells the phases it finished, with their
     busy share and memory."""
     if meter is not None and hasattr(meter, "seconds"):  # not when the phase failed before its meter stopped
+        store = meter.store.row(meter.seconds)
         print(f"phase {name}: {meter.seconds:.2f} s, CPU {meter.cpu_seconds:.2f} s, GPU busy {meter.gpu_busy:.2f}, "
-              f"peak {meter.peak_gib:.1f} GiB", flush=True)
+              f"peak {meter.peak_gib:.1f} GiB" + (f", store: loop waited {store['store_wait_s']} s, drained "
+                                                  f"{store['store_drain_s']} s after, writers busy {store['store_busy']}"
+                                                  if store else ""), flush=True)
 
 
 def say(run: str, seconds: dict) -> None:
@@ -554,7 +600,8 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
             "flops": flops.get(name), "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
             "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
             "baseline_ratio": _median([b[0] / m.seconds for b, m in zip(base, ours, strict=True)]) if base[0] else None,
-            "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2), "rounds": len(done)})
+            "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2), "rounds": len(done),
+            **best.store.row(best.seconds)})
     total = min(r["babelprobe"][1] for r in done)
     all_flops = sum(flops.values())
     rows.append({"phase": "total", "seconds": round(total, 3), "flops": all_flops,
@@ -588,7 +635,8 @@ COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "hos
            ("floor_arithmetic", "arithmetic s"), ("floor", "least"), ("floor_ratio", "floor/babelprobe"),
            ("floor_cpu_ratio", "floor/babelprobe (CPU s)"),
            ("mfu", "MFU"), ("baseline_seconds", "baseline s"), ("baseline_ratio", "baseline/babelprobe"),
-           ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"))
+           ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"), ("store_wait_s", "store: loop's wait s"),
+           ("store_drain_s", "store: drain s"), ("store_busy", "store writers busy"))
 
 
 def markdown(rows: list[dict], header: dict) -> str:

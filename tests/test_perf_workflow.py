@@ -49,6 +49,8 @@ def test_workflow_smoke_run_reports_every_phase(tmp_path):
         assert row["floor_seconds"] == min(row["floor_replay"], row["floor_bare"], row["floor_arithmetic"]), name
         assert row["bare_budget"] in (1024, 2048, 4096, 8192) and 0 < row["mfu"], name
     assert phases["total"]["flops"] == sum(phases[name]["flops"] for name in ("direct", "meta", "extract"))
+    # extraction separate: the store's writer is its phase's, none in direct's
+    assert 0 <= phases["extract"]["store_busy"] <= 1 and "store_busy" not in phases["direct"]
     assert report["run"]["pairs_total"] == 4 * 17 * 4 and "| direct |" in table and "floor/babelprobe" in table
     assert "the whole XCOMPS (244,256 pairs)" in table
 
@@ -75,6 +77,10 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path, device):
         tick = 1000 * 0.02 / report["run"]["pairs_total"]  # os.times counts the kernel's share in 10 ms ticks
         assert 0 <= row["host_sys_ms_per_pair"] <= row["host_ms_per_pair"] + tick, name
     assert phases["extract"]["floor"] == "fused into direct"
+    # the store written in direct's passes: whether its writer set the pace (the loop's wait, the drain after)
+    direct = phases["direct"]
+    assert direct["store_wait_s"] >= 0 and direct["store_drain_s"] >= 0 and 0 <= direct["store_busy"] <= 1
+    assert "store_busy" not in phases["meta"] and "| store writers busy |" in table
     assert phases["probe"]["seconds"] > 0  # perf/README.md's command probes layer 0 only (--probe-layers)
 
 
