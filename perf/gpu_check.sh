@@ -161,7 +161,7 @@ matmul)
     timeout 120 $PY perf/matmul_shapes.py --device cuda 2>&1 | tee "$OUT/matmul-shapes.txt"
     ;;
 ab)
-    # the current tree, then an earlier commit's (.gpu/before, from `before REV`), in turn on the same warm GPU
+    # the current tree and an earlier commit's (.gpu/before, from `before REV`), in turn on the same GPU
     [ -f .gpu/before/REV ] || { echo "no .gpu/before: run 'bash perf/gpu_check.sh before REV' here"; exit 2; }
     # in the order after, before, before, after: the first run on a fresh machine pays the first touch of the
     # page cache its store fills (2026-11-29: direct's system time 0.47 ms/pair in the first run, 0.32 in the second)
