@@ -74,15 +74,20 @@ def queue_work(seconds: float, a: torch.Tensor, per_matmul: float) -> None:
         torch.mm(a, a)
 
 
+def recorded_event(kind: str, device: torch.device):
+    """An event after the work queued so far: babelprobe's blocking one ("blocking") or CUDA's default."""
+    if kind == "blocking":
+        return copies_done(device)
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
+
+
 def one_round(kind: str, seconds: float, a: torch.Tensor, per_matmul: float, device: torch.device) -> dict:
     idle = torch.cuda.Stream(device)
     torch.cuda.synchronize(device)
     queue_work(seconds, a, per_matmul)
-    if kind == "blocking":
-        event = copies_done(device)
-    elif kind == "default":
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(device))
+    event = recorded_event(kind, device) if kind != "read" else None
     last = a[0, :1].sum()  # after the queued work: its read waits for all of it
     result: dict = {}
 
@@ -119,10 +124,7 @@ def short_waits(kind: str, device: torch.device, n: int = 400, cycles: int = 20_
         if kind == "read":
             flag.sum().item()
         else:
-            event = copies_done(device) if kind == "blocking" else torch.cuda.Event()
-            if kind == "default":
-                event.record(torch.cuda.current_stream(device))
-            event.synchronize()
+            recorded_event(kind, device).synchronize()
         walls.append(time.perf_counter() - start)
     return walls
 
@@ -169,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         wall, cpu = statistics.median(r["wall"] for r in mine), statistics.median(r["cpu"] for r in mine)
         calls = statistics.median(r["calls_per_s"] for r in mine)
         print(f"| {label} | {len(mine)} | {wall:.3f} | {cpu:.3f} | {cpu / wall:.2f} | {calls:,.0f} |")
-    short = {kind: short_waits(kind, device) for kind in KINDS for _ in range(2)}  # the second round kept: warm
+    for kind in KINDS:  # a first round warms each kind up; the second is kept
+        short_waits(kind, device)
+    short = {kind: short_waits(kind, device) for kind in KINDS}
     print("\n| a short wait (a ~10 µs kernel launched, then waited on) | waits | median µs | p90 µs | max µs |")
     print("|---|---|---|---|---|")
     for kind, label in KINDS.items():

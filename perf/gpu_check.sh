@@ -166,9 +166,9 @@ ab)
     # in the order after, before, before, after: the first run on a fresh machine pays the first touch of the
     # page cache its store fills (2026-11-29: direct's system time 0.47 ms/pair in the first run, 0.32 in the second)
     for name in after before-1 before-2 after-2; do
-        say "$name ($([ "${name%%-*}" = before ] && cat .gpu/before/REV || echo this tree)): the workflow at 9,180 pairs, no floors"
-        PERF=$([ "${name%%-*}" = before ] && echo .gpu/before/perf || echo perf) \
-            step "$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
+        tree=perf; [ "${name%%-*}" = before ] && tree=.gpu/before/perf
+        say "$name ($tree): the workflow at 9,180 pairs, no floors"
+        PERF=$tree step "$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
         # into two files (at most 8 come back from a call)
         for kind in md log; do { echo "## $name"; cat "$OUT/$name.$kind"; echo; } >> "$OUT/ab.$kind"; done
         rm -f "$OUT/$name".{md,log,json}

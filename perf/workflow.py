@@ -290,9 +290,9 @@ class StoreWriting:
         self.writers = 0
 
     def __enter__(self):
-        from babelprobe.extract import background
+        from babelprobe.extract.background import BackgroundWriter
 
-        self._close = close = background.BackgroundWriter.close
+        self._close = close = BackgroundWriter.close
 
         def timed(writer):
             start = time.perf_counter()
@@ -303,13 +303,13 @@ class StoreWriting:
                 self.waited, self.write = self.waited + writer.waited, self.write + writer.write_seconds
                 self.writers = max(self.writers, writer.n_writers)
 
-        background.BackgroundWriter.close = timed
+        BackgroundWriter.close = timed
         return self
 
     def __exit__(self, *exc):
-        from babelprobe.extract import background
+        from babelprobe.extract.background import BackgroundWriter
 
-        background.BackgroundWriter.close = self._close
+        BackgroundWriter.close = self._close
         return False
 
     def row(self, seconds: float) -> dict:
