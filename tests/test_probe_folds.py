@@ -18,7 +18,7 @@ from babelprobe.probes.controls import (
     shuffled_labels,
 )
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
-from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, linear_quantiles, peak_summary
+from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, linear_quantiles, pair_draws, peak_summary
 
 
 def pairs(n_pairs):
@@ -159,6 +159,26 @@ def test_every_bootstrap_replicate_is_sklearn_weighted_f1(scheme, n_pairs, n_fol
             expected = np.mean(f1s) if f1s else np.nan
             np.testing.assert_allclose(reps[b, layer], expected, rtol=1e-12, atol=0)
     assert np.isfinite(reps).mean() > 0.5
+
+
+def test_bootstrap_draws_made_beforehand_and_counts_past_float32s_exact_integers():
+    """The draws a sweep makes while the probes are fitted (`pair_draws`) give the replicates the generator would;
+    draws heavy enough that float32 would round the weighted sums (past 2**24) still give scikit-learn's F1."""
+    rng = np.random.default_rng(3)
+    labels, pair_ids = pairs(9)
+    fold = make_folds(labels, pair_ids, 3, "grouped", seed=2)
+    pred = rng.random((3, len(labels))) < 0.5
+    drawn_here = bootstrap_f1(pred, labels, fold, 3, pair_ids, 40, np.random.default_rng(11))
+    draws = pair_draws(pair_ids, 40, np.random.default_rng(11))
+    np.testing.assert_array_equal(bootstrap_f1(pred, labels, fold, 3, pair_ids, 40, None, draws=draws), drawn_here)
+    pair_of, _ = draws
+    heavy = rng.integers(4_000_000, 9_000_000, size=(5, 9))  # 2 × 18 items × 9e6 > 2**24
+    reps = bootstrap_f1(pred, labels, fold, 3, pair_ids, 5, None, draws=(pair_of, heavy))
+    for b, w in enumerate(heavy[:, pair_of]):
+        for layer in range(len(pred)):
+            expected = np.mean([f1_score(labels[test], pred[layer, test], sample_weight=w[test], zero_division=0)
+                                for test in (fold == k for k in range(3))])
+            np.testing.assert_allclose(reps[b, layer], expected, rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("n_boot", [1, 2, 7, 1000])

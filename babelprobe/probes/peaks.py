@@ -14,34 +14,48 @@ import numpy as np
 import pandas as pd
 
 
+def pair_draws(pair_ids: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The replicates' draws: each item's pair (its index among the sorted pair ids) and how often each pair
+    is drawn in each of `n_boot` replicates, [n_boot, pairs]. They need nothing but the pairs, so a sweep draws
+    them while the group's probes are fitted (numpy's multinomial, a binomial per pair and replicate, releases
+    the GIL: at XCOMPS's 3,592 pairs a group it costs more than the rest of the bootstrap)."""
+    _, pair_of = np.unique(pair_ids, return_inverse=True)
+    n_pairs = pair_of.max() + 1
+    return pair_of, rng.multinomial(n_pairs, np.full(n_pairs, 1 / n_pairs), size=n_boot)
+
+
 def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds: int, pair_ids: np.ndarray,
-                 n_boot: int, rng: np.random.Generator) -> np.ndarray:
+                 n_boot: int, rng: np.random.Generator | None, draws: tuple | None = None) -> np.ndarray:
     """Fold-averaged F1 of every layer in `n_boot` pair-resampled replicates.
 
     Parameters
     ----------
     pred : bool [L, n] out-of-fold predictions (score > 0).
     labels : 0/1 [n]; fold : held-out fold of each item [n]; pair_ids : [n].
+    draws : `pair_draws(pair_ids, n_boot, rng)` made beforehand (then `rng` is not used).
 
     Returns
     -------
     float [n_boot, L]; a fold left without items in a replicate is skipped in its average.
     """
-    _, pair_of = np.unique(pair_ids, return_inverse=True)
-    n_pairs = pair_of.max() + 1
-    counts = rng.multinomial(n_pairs, np.full(n_pairs, 1 / n_pairs), size=n_boot)  # [B, pairs]
-    truth, p = (labels == 1)[:, None], pred.T.astype(float)  # p: [n, L]
-    # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator;
-    # a fold's sums over its items, weighted by how often their pair was drawn, are one product per fold
-    # (counts and terms are small integers: every sum is exact, whatever its order)
-    numerator_terms, denominator_terms = 2 * truth * p, truth + p  # [n, L]
-    drawn = counts.astype(float)
-    numerator, denominator = (np.empty((n_folds, n_boot, len(pred))) for _ in range(2))
+    pair_of, counts = draws if draws is not None else pair_draws(pair_ids, n_boot, rng)  # counts: [B, pairs]
+    n_pairs, L = counts.shape[1], len(pred)
+    # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator.
+    # A fold's sums over its items, weighted by how often their pair was drawn, are one product per fold, of the
+    # draws and the terms summed per pair and fold (a pair's items come along together: half the products' length).
+    # Counts and terms are small integers, so every sum is exact in float32 while below 2**24, whatever its order.
+    cell, at = np.unique(fold * n_pairs + pair_of, return_inverse=True)  # the (fold, pair) cells that hold items
+    exact = np.float32 if 2 * len(labels) * max(int(counts.max(initial=0)), 1) < 2**24 else np.float64
+    truth, p = (labels == 1)[:, None].astype(exact), pred.T.astype(exact)  # p: [n, L]
+    terms = np.zeros((len(cell), 2 * L), dtype=exact)  # per cell: numerator terms, then denominator terms
+    np.add.at(terms, at, np.concatenate([2 * truth * p, truth + p], axis=1))
+    cell_fold, cell_pair = np.divmod(cell, n_pairs)
+    drawn = counts.astype(exact)
+    sums = np.empty((n_folds, n_boot, 2 * L), dtype=exact)
     for k in range(n_folds):
-        held = fold == k
-        weights = drawn[:, pair_of[held]]
-        np.matmul(weights, numerator_terms[held], out=numerator[k])
-        np.matmul(weights, denominator_terms[held], out=denominator[k])
+        mine = cell_fold == k
+        np.matmul(drawn[:, cell_pair[mine]], terms[mine], out=sums[k])
+    numerator, denominator = sums[..., :L].astype(float), sums[..., L:].astype(float)
     # a denominator of 0 has a numerator of 0 (F1 0, sklearn's zero_division); any other is at least 1
     f1 = np.divide(numerator, np.maximum(denominator, 1), out=numerator)
     used = np.count_nonzero(denominator, axis=0)  # a fold without weight (or nothing to score) is left out
