@@ -186,6 +186,8 @@ def runner(settings_class=None, old: tuple[str, ...] = (), old_when=None, rename
             if "model_options" in runtime_values:  # the old name of load_options (sae_features)
                 runtime_values["load_options"] = runtime_values.pop("model_options")
             runtime = keywords.pop("runtime", None)
+            if runtime is not None and not is_runtime(runtime):  # a loaded model there: the runtime's model
+                runtime_values["model"], runtime = _model_for_runtime(runtime, runtime_values), None
             if runtime is None and is_runtime(runtime_values.get("model")):
                 runtime, runtime_values = _held(runtime_values), {}
             if runtime is None:
@@ -224,12 +226,28 @@ def _held(values: dict):
     return held
 
 
+def _model_for_runtime(value, values: dict):
+    """`value`, a loaded model given where a runner takes its runtime, as that runtime's model; anything else
+    there is a one-line error (an attribute error deep in the runner otherwise)."""
+    if not is_loaded_model(value):
+        raise BabelprobeError(f"runtime: expected a babelprobe Runtime or a loaded model, got {type(value).__name__} "
+                              f"{str(value)[:60]!r}; pass a model spec as model=...")
+    if values.get("model") is not None:
+        raise BabelprobeError("a loaded model as the runtime and model= besides: pass one of them")
+    return value
+
+
+def is_loaded_model(value) -> bool:
+    """A `models.LoadedModel` (or what quacks like one: a fingerprint and a tokenizer), not a spec."""
+    return not isinstance(value, (str, Path)) and hasattr(value, "fingerprint") and hasattr(value, "tokenizer")
+
+
 def _old_form(args: tuple, keywords: dict) -> bool:
     """Whether positional `args` are the older `(model, items, out, ...)`: a loaded model or a runtime first,
     something other than a path where the new form has its `out` (`probe(store, settings)`), a path where it
     has its settings, or `out` given as a keyword beside two positional arguments."""
     first = args[0]
-    if not isinstance(first, (str, Path)) and hasattr(first, "fingerprint") and hasattr(first, "tokenizer"):
+    if is_loaded_model(first):
         return True
     if is_runtime(first):
         return True

@@ -138,6 +138,19 @@ def test_a_runtime_where_the_older_form_had_its_model_is_the_runtime(tiny):
         echo(given_, "xcomps-sample", "neu/", load_options={"device": "cpu"})
 
 
+def test_a_loaded_model_where_the_runtime_goes_is_the_runtimes_model(tiny):
+    """`runner(items, out, settings, lm)`: the model loaded already stands for its runtime (options beside it
+    and the runner's defaults as for a runtime made of keywords); anything else there is a one-line error."""
+    settings = NeuronSettings(top_rate=(0.02,))
+    runtime = echo("xcomps-sample", "neu/", settings, tiny, progress=False)[3]
+    assert isinstance(runtime, Runtime) and runtime.lm is tiny and not runtime.progress
+    assert runtime.batch_tokens == 8192
+    with pytest.raises(BabelprobeError, match="expected a babelprobe Runtime or a loaded model, got str 'default'"):
+        echo("xcomps-sample", "neu/", settings, "default")
+    with pytest.raises(BabelprobeError, match="pass one of them"):
+        echo("xcomps-sample", "neu/", settings, tiny, model="default")
+
+
 def test_the_door_refuses_what_would_be_dropped(tiny):
     with pytest.raises(BabelprobeError, match="settings or keyword values, not both"):
         echo("x", "o", NeuronSettings(), top_rate=0.5)
