@@ -296,6 +296,23 @@ def test_groups_side_by_side_give_the_same_tables(small):
     assert group_workers(None, "sklearn", "cpu", 68) == 1
 
 
+def test_bootstrap_draws_beside_the_fits_are_the_groups_own(small, monkeypatch):
+    """The bootstrap's draws made on a thread while the probes are fitted (every group here) give the intervals
+    and peak ranges the draws made in line do: bit for bit with one worker, as the sibling test with three."""
+    import babelprobe.probes.run as run
+
+    _, _, path = small
+    monkeypatch.setattr(run, "BACKGROUND_DRAWS", 10**12)
+    in_line = run_probes(path, n_boot=200, workers=1)
+    monkeypatch.setattr(run, "BACKGROUND_DRAWS", 0)
+    for workers in (1, 3):
+        beside = run_probes(path, n_boot=200, workers=workers)
+        for name in ("table", "peaks"):
+            pd.testing.assert_frame_equal(getattr(beside, name), getattr(in_line, name), check_exact=workers == 1,
+                                          atol=1e-6)
+    assert in_line.table["f1_ci_low"].lt(in_line.table["f1_ci_high"]).any()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_groups_side_by_side_in_a_fresh_process_on_cuda(small):
     """Two threads that first use CUDA's solver library at once fail in torch ("lazy wrapper should be called at

@@ -26,7 +26,7 @@ threads inside one solve (one group alone: L-BFGS spreads its layers over the th
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -268,11 +268,19 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, **opt
             "oof": _oof_frame(keys, [(np.arange(len(keys)), out["oof"])])}
 
 
-# A group's bootstrap draws (`peaks.pair_draws`) are made on this thread while its probes are fitted, from
-# BACKGROUND_DRAWS replicates × items up (~1 ms of binomial draws on the 2-core machine; handing them to a thread
-# costs ~0.1 ms): at XCOMPS's 3,592 pairs a group, 1,000 replicates took 0.17 s there, in line after the fits.
-_DRAWS = ThreadPoolExecutor(1, thread_name_prefix="babelprobe-bootstrap-draws")
+# A group's bootstrap draws (`peaks.pair_draws`) are made on a thread of their own while its probes are fitted,
+# from BACKGROUND_DRAWS replicates × items up (~1 ms of binomial draws on the 2-core machine; a thread costs
+# ~0.1 ms): at XCOMPS's 3,592 pairs a group, 1,000 replicates took 0.17 s there, in line after the fits.
 BACKGROUND_DRAWS = 50_000
+
+
+def _in_background(fn, *args) -> Future:
+    """`fn(*args)` on a thread made for it (none kept: a process forked later has no pool without its thread)."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="babelprobe-background")
+    try:
+        return pool.submit(fn, *args)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its one task
 
 
 def _group_columns(read, keys, layers: list[int], d_model: int, *, name: str, n_folds: int,
@@ -292,7 +300,7 @@ def _group_columns(read, keys, layers: list[int], d_model: int, *, name: str, n_
         control = concept_labels(concepts, group_rng(seed, name, "hewitt"))
         tasks["hewitt"] = np.tile(control, (n_folds, 1))
     rng = group_rng(seed, name, "bootstrap")
-    draws = _DRAWS.submit(pair_draws, pair_ids, n_boot, rng) if n_boot * n >= BACKGROUND_DRAWS else None
+    draws = _in_background(pair_draws, pair_ids, n_boot, rng) if n_boot * n >= BACKGROUND_DRAWS else None
     # the last problem trains on every row: the probe that is kept (in the same batch as the folds)
     y = np.concatenate([*tasks.values(), labels[None]])
     trains = np.concatenate([np.tile(train, (len(tasks), 1)), np.ones((1, n), dtype=bool)])
