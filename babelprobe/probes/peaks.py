@@ -44,7 +44,8 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     # A fold's sums over its items, weighted by how often their pair was drawn, are one product per fold, of the
     # draws and the terms summed per pair and fold (a pair's items come along together: half the products' length).
     # Counts and terms are small integers, so every sum is exact in float32 while below 2**24, whatever its order.
-    cell, at = np.unique(fold * n_pairs + pair_of, return_inverse=True)  # the (fold, pair) cells that hold items
+    cell_of_item = np.asarray(fold, dtype=np.int64) * n_pairs + pair_of  # its (fold, pair) cell
+    cell, at = np.unique(cell_of_item, return_inverse=True)  # the cells that hold items
     exact = np.float32 if 2 * len(labels) * max(int(counts.max(initial=0)), 1) < 2**24 else np.float64
     truth, p = (labels == 1)[:, None].astype(exact), pred.T.astype(exact)  # p: [n, L]
     terms = np.zeros((len(cell), 2 * L), dtype=exact)  # per cell: numerator terms, then denominator terms

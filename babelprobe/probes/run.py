@@ -275,7 +275,8 @@ BACKGROUND_DRAWS = 50_000
 
 
 def _in_background(fn, *args) -> Future:
-    """`fn(*args)` on a thread made for it (none kept: a process forked later has no pool without its thread)."""
+    """`fn(*args)` on a thread made for it: a pool kept by the module would outlive a fork without its thread, and
+    a sweep in the forked process would wait on it for ever."""
     pool = ThreadPoolExecutor(1, thread_name_prefix="babelprobe-background")
     try:
         return pool.submit(fn, *args)
