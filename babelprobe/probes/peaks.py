@@ -39,7 +39,7 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     float [n_boot, L]; a fold left without items in a replicate is skipped in its average.
     """
     pair_of, counts = draws if draws is not None else pair_draws(pair_ids, n_boot, rng)  # counts: [B, pairs]
-    n_pairs, L = counts.shape[1], len(pred)
+    n_pairs = counts.shape[1]
     # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator.
     # A fold's sums over its items, weighted by how often their pair was drawn, are one product per fold, of the
     # draws and the terms summed per pair and fold (a pair's items come along together: half the products' length).
@@ -48,15 +48,19 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     cell, at = np.unique(cell_of_item, return_inverse=True)  # the cells that hold items
     exact = np.float32 if 2 * len(labels) * max(int(counts.max(initial=0)), 1) < 2**24 else np.float64
     truth, p = (labels == 1)[:, None].astype(exact), pred.T.astype(exact)  # p: [n, L]
-    terms = np.zeros((len(cell), 2 * L), dtype=exact)  # per cell: numerator terms, then denominator terms
-    np.add.at(terms, at, np.concatenate([2 * truth * p, truth + p], axis=1))
     cell_fold, cell_pair = np.divmod(cell, n_pairs)
     drawn = counts.astype(exact)
-    sums = np.empty((n_folds, n_boot, 2 * L), dtype=exact)
+    per_cell = []
+    for terms in (2 * truth * p, truth + p):  # [n, L] each
+        per_cell.append(np.zeros((len(cell), len(pred)), dtype=exact))
+        np.add.at(per_cell[-1], at, terms)
+    numerator, denominator = (np.empty((n_folds, n_boot, len(pred)), dtype=exact) for _ in range(2))
     for k in range(n_folds):
         mine = cell_fold == k
-        np.matmul(drawn[:, cell_pair[mine]], terms[mine], out=sums[k])
-    numerator, denominator = sums[..., :L].astype(float), sums[..., L:].astype(float)
+        weights = drawn[:, cell_pair[mine]]
+        np.dot(weights, per_cell[0][mine], out=numerator[k])  # 2-D: np.dot, 5x np.matmul's speed on a small fold
+        np.dot(weights, per_cell[1][mine], out=denominator[k])
+    numerator, denominator = numerator.astype(float), denominator.astype(float)
     # a denominator of 0 has a numerator of 0 (F1 0, sklearn's zero_division); any other is at least 1
     f1 = np.divide(numerator, np.maximum(denominator, 1), out=numerator)
     used = np.count_nonzero(denominator, axis=0)  # a fold without weight (or nothing to score) is left out
