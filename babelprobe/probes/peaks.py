@@ -50,16 +50,15 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     truth, p = (labels == 1)[:, None].astype(exact), pred.T.astype(exact)  # p: [n, L]
     cell_fold, cell_pair = np.divmod(cell, n_pairs)
     drawn = counts.astype(exact)
-    per_cell = []
-    for terms in (2 * truth * p, truth + p):  # [n, L] each
-        per_cell.append(np.zeros((len(cell), len(pred)), dtype=exact))
-        np.add.at(per_cell[-1], at, terms)
+    numerator_terms, denominator_terms = (np.zeros((len(cell), len(pred)), dtype=exact) for _ in range(2))  # per cell
+    np.add.at(numerator_terms, at, 2 * truth * p)
+    np.add.at(denominator_terms, at, truth + p)
     numerator, denominator = (np.empty((n_folds, n_boot, len(pred)), dtype=exact) for _ in range(2))
     for k in range(n_folds):
         mine = cell_fold == k
         weights = drawn[:, cell_pair[mine]]
-        np.dot(weights, per_cell[0][mine], out=numerator[k])  # 2-D: np.dot, 5x np.matmul's speed on a small fold
-        np.dot(weights, per_cell[1][mine], out=denominator[k])
+        np.dot(weights, numerator_terms[mine], out=numerator[k])  # 2-D: np.dot, 5x np.matmul's speed on small folds
+        np.dot(weights, denominator_terms[mine], out=denominator[k])
     numerator, denominator = numerator.astype(float), denominator.astype(float)
     # a denominator of 0 has a numerator of 0 (F1 0, sklearn's zero_division); any other is at least 1
     f1 = np.divide(numerator, np.maximum(denominator, 1), out=numerator)
