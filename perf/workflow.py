@@ -318,6 +318,12 @@ class StoreWriting:
         return {"store_wait_s": round(self.waited, 3), "store_drain_s": round(self.drain, 3),
                 "store_busy": round(self.write / (self.writers * seconds), 2)}
 
+    def said(self, seconds: float) -> str:
+        """The row as the end of a phase's progress line ("" where the phase wrote no store)."""
+        row = self.row(seconds)
+        return (f", store: loop waited {row['store_wait_s']} s, drained {row['store_drain_s']} s after, writers busy "
+                f"{row['store_busy']}") if row else ""
+
 
 def run_queue_wait() -> float:
     """Seconds the calling thread has waited, ready to run, for a CPU (/proc/thread-self/schedstat; NaN where
@@ -513,11 +519,8 @@ def said(name: str, meter: Meter | None) -> None:
     finishes: a run stopped by a time limit (a lent GPU's call) still tells the phases it finished, with their
     busy share and memory."""
     if meter is not None and hasattr(meter, "seconds"):  # not when the phase failed before its meter stopped
-        store = meter.store.row(meter.seconds)
         print(f"phase {name}: {meter.seconds:.2f} s, CPU {meter.cpu_seconds:.2f} s, GPU busy {meter.gpu_busy:.2f}, "
-              f"peak {meter.peak_gib:.1f} GiB" + (f", store: loop waited {store['store_wait_s']} s, drained "
-                                                  f"{store['store_drain_s']} s after, writers busy {store['store_busy']}"
-                                                  if store else ""), flush=True)
+              f"peak {meter.peak_gib:.1f} GiB{meter.store.said(meter.seconds)}", flush=True)
 
 
 def say(run: str, seconds: dict) -> None:

@@ -41,8 +41,8 @@ def bootstrap_f1(pred: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_folds
     pair_of, counts = draws if draws is not None else pair_draws(pair_ids, n_boot, rng)  # counts: [B, pairs]
     n_pairs = counts.shape[1]
     # F1 = 2tp / (2tp + fp + fn): each item adds 2·truth·pred to the numerator and truth + pred to the denominator.
-    # A fold's sums over its items, weighted by how often their pair was drawn, are one product per fold, of the
-    # draws and the terms summed per pair and fold (a pair's items come along together: half the products' length).
+    # A fold's sums over its items, weighted by how often their pair was drawn, are two products per fold (numerator,
+    # denominator) of its draws and its terms summed per pair (a pair's items come along together: half the length).
     # Counts and terms are small integers, so every sum is exact in float32 while below 2**24, whatever its order.
     cell_of_item = np.asarray(fold, dtype=np.int64) * n_pairs + pair_of  # its (fold, pair) cell
     cell, at = np.unique(cell_of_item, return_inverse=True)  # the cells that hold items
