@@ -18,7 +18,14 @@ from babelprobe.probes.controls import (
     shuffled_labels,
 )
 from babelprobe.probes.folds import inner_train_masks, make_folds, train_masks
-from babelprobe.probes.peaks import bootstrap_f1, f1_intervals, linear_quantiles, pair_draws, peak_summary
+from babelprobe.probes.peaks import (
+    bootstrap_f1,
+    f1_intervals,
+    linear_quantiles,
+    lower_and_higher,
+    pair_draws,
+    peak_summary,
+)
 
 
 def pairs(n_pairs):
@@ -183,7 +190,8 @@ def test_bootstrap_draws_made_beforehand_and_counts_past_float32s_exact_integers
 
 @pytest.mark.parametrize("n_boot", [1, 2, 7, 1000])
 def test_interval_quantiles_are_numpys(n_boot):
-    """One sort, then numpy's interpolation: the values np.quantile gives, ties (F1 of few items) included."""
+    """One partition, then numpy's interpolation: the values np.quantile gives, ties (F1 of few items) included;
+    the peak's interval (numpy's "lower" and "higher" order statistics) from one partition too."""
     rng = np.random.default_rng(n_boot)
     for values in (rng.integers(0, 5, size=(n_boot, 6)) / 4.0, rng.random((n_boot, 6))):
         for qs in ((0.025, 0.975), (0.0, 0.5, 1.0), (0.1, 0.9)):
@@ -192,6 +200,10 @@ def test_interval_quantiles_are_numpys(n_boot):
         low, high = f1_intervals(values, 0.9)
         np.testing.assert_allclose(low, np.quantile(values, 0.05, axis=0), rtol=1e-15, atol=0)
         np.testing.assert_allclose(high, np.quantile(values, 0.95, axis=0), rtol=1e-15, atol=0)
+    for peaks in (rng.integers(0, 19, size=n_boot), rng.integers(3, 5, size=n_boot)):
+        for low, high in ((0.025, 0.975), (0.0, 1.0), (0.5, 0.5), (0.1, 0.7)):
+            assert lower_and_higher(peaks, low, high) == (int(np.quantile(peaks, low, method="lower")),
+                                                          int(np.quantile(peaks, high, method="higher")))
     with_nan = rng.random((max(n_boot, 3), 4))
     with_nan[0, 1] = np.nan
     np.testing.assert_allclose(f1_intervals(with_nan)[0], np.nanquantile(with_nan, 0.025, axis=0))

@@ -62,12 +62,12 @@ def fold_metrics(scores: np.ndarray, labels: np.ndarray, fold: np.ndarray, n_fol
     out = {"f1": [], "accuracy": [], "auc": [], "n_test": []}
     for k in range(n_folds):
         test = fold == k
-        s = scores[k] if scores.ndim == 3 else scores
-        y = labels[k] if labels.ndim == 2 else labels
-        out["f1"].append(f1_scores(s[:, test], y[test]))
-        out["accuracy"].append(accuracies(s[:, test], y[test]))
-        out["auc"].append(aucs(s[:, test], y[test]))
-        out["n_test"].append(int(test.sum()))
+        s = (scores[k] if scores.ndim == 3 else scores)[:, test]
+        y = (labels[k] if labels.ndim == 2 else labels)[test]
+        out["f1"].append(f1_scores(s, y))
+        out["accuracy"].append(accuracies(s, y))
+        out["auc"].append(aucs(s, y))
+        out["n_test"].append(len(y))
     return {key: np.array(value) for key, value in out.items()}
 
 
