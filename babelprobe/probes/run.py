@@ -168,11 +168,16 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
         rows = {column: values[at] for column, values in columns.items()}  # numpy: pandas costs more than a fit
         result = _group_columns(read, rows, layer_list, store.d_model, name=name,
                                 concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
-        return {**_label_group(result, by, key), "at": at}
+        # the key columns of its out-of-fold rows: beside the next group's fits (Arrow's takes release the GIL)
+        oof_keys = tabling.submit(_oof_keys, keys, at[result["oof"]["row"]])
+        return {**_label_group(result, by, key), "oof_keys": oof_keys}
 
     load_linalg(read_device)  # here, not first in two of map_groups' threads at once
-    with frozen_heap():  # each group makes tables: no full collector pass over what was loaded before (the model)
+    # each group makes tables: no full collector pass over what was loaded before (the model); a thread of this
+    # sweep's own (not kept by the module: it would outlive a fork) takes the groups' out-of-fold key columns
+    with frozen_heap(), ThreadPoolExecutor(1, thread_name_prefix="babelprobe-oof") as tabling:
         parts = map_groups(one_group, list(zip(groups, _positions(keys, groups), strict=True)), workers, progress)
+        oof = _oof_frame([(part["oof_keys"].result(), part["oof"]) for part in parts])
     record = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
               "fold_scheme": settings.fold_scheme, "folds": settings.folds, "seed": settings.seed,
               "inner_folds": settings.inner_folds, "controls": list(control_names), "n_boot": settings.n_boot,
@@ -185,7 +190,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
     # every group's columns joined once (a table per group and a concatenation cost more than the fits on small groups)
     table = _with_settings(_frame([p["table"] for p in parts]), record)
     out = ProbeResult(table=table, folds=_with_settings(_frame([p["folds"] for p in parts]), record),
-                      oof=_oof_frame(keys, [(p["at"], p["oof"]) for p in parts]),
+                      oof=oof,
                       peaks=_with_settings(pd.DataFrame([p["peak"] for p in parts]), record),
                       settings=record, probes=_probes(parts, groups, by, layer_list, record))
     if settings.transfer:
@@ -264,7 +269,7 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, **opt
     out = _group_columns(read, keys, layers, d_model, **options)
     keys = pd.DataFrame(keys).reset_index(drop=True)
     return {**out, **{name: _frame([out[name]]) for name in ("table", "folds")},
-            "oof": _oof_frame(keys, [(np.arange(len(keys)), out["oof"])])}
+            "oof": _oof_frame([(_oof_keys(keys, out["oof"]["row"]), out["oof"])])}
 
 
 # A group's bootstrap draws (`peaks.pair_draws`) are made on a thread of their own while its probes are fitted,
@@ -409,19 +414,36 @@ def _oof_rows(layers, fold, oof) -> dict:
             "fold": np.tile(fold, L), "score": oof.ravel()}
 
 
-def _oof_frame(keys: pd.DataFrame, parts: list[tuple[np.ndarray, dict]]) -> pd.DataFrame:
-    """The out-of-fold table of the groups' `_oof_rows` (each with its items' places in `keys`), the key
-    columns taken from `keys` at once: a string column built from Python strings, one per item × layer, took
-    longer than the fits at XCOMPS's size (4 million rows a quarter)."""
+OOF_KEYS = ("item_id", "pair_id", "language", "subset", "label")
+
+
+def _oof_keys(keys: pd.DataFrame, place: np.ndarray) -> dict:
+    """The key columns of a group's out-of-fold rows (`place`: each row's item in `keys`), taken from `keys`: a
+    string column built from Python strings, one per item × layer, took longer than the fits at XCOMPS's size
+    (4 million rows a quarter); Arrow's takes of its string columns release the GIL."""
+    columns = {"method": _taken(pd.Series(["neuro"]), np.zeros(len(place), dtype=np.intp))}
+    for column in OOF_KEYS:
+        columns[column] = _taken(keys[column], place)
+    return columns
+
+
+def _oof_frame(parts: list[tuple[dict, dict]]) -> pd.DataFrame:
+    """The out-of-fold table of the groups' key columns (`_oof_keys`) and `_oof_rows`, joined once (an Arrow
+    column's pieces as the chunks of one column, not copied)."""
     if not parts:
         return pd.DataFrame()
-    place = np.concatenate([at[oof["row"]] for at, oof in parts])
-    columns = {"method": _taken(pd.Series(["neuro"]), np.zeros(len(place), dtype=np.intp))}
-    for column in ("item_id", "pair_id", "language", "subset", "label"):
-        columns[column] = _taken(keys[column], place)
+    columns = {column: _joined([keys[column] for keys, _ in parts]) for column in ("method", *OOF_KEYS)}
     for column in ("layer", "fold", "score"):
         columns[column] = np.concatenate([oof[column] for _, oof in parts])
     return pd.DataFrame(columns)
+
+
+def _joined(pieces: list):
+    """numpy arrays concatenated; extension arrays (Arrow's) joined by their own type (`_concat_same_type`, the
+    extension-array interface's join: an Arrow column's pieces become the chunks of one column)."""
+    if isinstance(pieces[0], np.ndarray):
+        return np.concatenate(pieces)
+    return type(pieces[0])._concat_same_type(pieces)
 
 
 def _taken(column: pd.Series, place: np.ndarray):
