@@ -112,9 +112,14 @@ def test_table_contract_out_of_fold_scores_and_pairs(small):
         result.pair_scores(layer=5)
 
 
-def test_out_of_fold_rows_carry_their_items_keys(small):
+@pytest.mark.parametrize("beside_from", [0, 10**12], ids=["keys-beside-the-fits", "keys-taken-at-the-end"])
+def test_out_of_fold_rows_carry_their_items_keys(small, monkeypatch, beside_from):
     """Each out-of-fold row's key columns are its own item's, whatever the order of the store's rows (groups
-    interleaved) and whether the keys are Arrow strings or Python objects; every item once per layer."""
+    interleaved) and whether the keys are Arrow strings or Python objects; every item once per layer. Both ways of
+    taking them: every group's on the sweep's thread, and every group's at the end."""
+    import babelprobe.probes.run as run
+
+    monkeypatch.setattr(run, "BACKGROUND_OOF_ROWS", beside_from)
     keys, X, _ = small
     order = np.random.default_rng(0).permutation(len(keys))
     mixed = keys.iloc[order].reset_index(drop=True)
@@ -130,6 +135,30 @@ def test_out_of_fold_rows_carry_their_items_keys(small):
         expected = truth.loc[oof["item_id"]]
         for column in ("pair_id", "language", "subset", "label"):
             assert (oof[column].to_numpy() == expected[column].to_numpy()).all(), column
+
+
+def test_out_of_fold_key_parts_keep_the_groups_order(small):
+    """Groups whose keys were taken on a thread (futures) between runs of groups given by their places: the parts
+    joined are the keys at all the places in order, as one take gives them."""
+    from concurrent.futures import Future
+
+    from babelprobe.probes.run import _joined, _oof_key_parts, _oof_keys
+
+    keys = small[0]
+    places = np.array_split(np.random.default_rng(1).permutation(len(keys)), 6)
+
+    def beside(place):
+        future = Future()
+        future.set_result(_oof_keys(keys, place))
+        return future
+
+    pending = [places[0], beside(places[1]), places[2], places[3], beside(places[4]), places[5]]
+    parts = _oof_key_parts(keys, pending)
+    assert len(parts) == 5  # the two neighbours given by places taken at once
+    whole = _oof_keys(keys, np.concatenate(places))
+    for column, expected in whole.items():
+        joined = _joined([part[column] for part in parts])
+        assert list(joined) == list(expected), column
 
 
 def test_controls_and_selectivity(small):

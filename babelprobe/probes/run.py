@@ -168,8 +168,10 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
         rows = {column: values[at] for column, values in columns.items()}  # numpy: pandas costs more than a fit
         result = _group_columns(read, rows, layer_list, store.d_model, name=name,
                                 concepts=None if concepts is None else concepts.loc[index].to_numpy(), **options)
-        # the key columns of its out-of-fold rows: beside the next group's fits (Arrow's takes release the GIL)
-        oof_keys = tabling.submit(_oof_keys, keys, at[result["oof"]["row"]])
+        # the key columns of its out-of-fold rows: a large group's taken beside the next group's fits (Arrow's takes
+        # release the GIL), a small group's later with its neighbours' (`_oof_key_parts`)
+        place = at[result["oof"]["row"]]
+        oof_keys = tabling.submit(_oof_keys, keys, place) if len(place) >= BACKGROUND_OOF_ROWS else place
         return {**_label_group(result, by, key), "oof_keys": oof_keys}
 
     load_linalg(read_device)  # here, not first in two of map_groups' threads at once
@@ -177,7 +179,7 @@ def probe_store(store, settings: ProbeSettings | None = None, *, items: pd.DataF
     # sweep's own (not kept by the module: it would outlive a fork) takes the groups' out-of-fold key columns
     with frozen_heap(), ThreadPoolExecutor(1, thread_name_prefix="babelprobe-oof") as tabling:
         parts = map_groups(one_group, list(zip(groups, _positions(keys, groups), strict=True)), workers, progress)
-        oof = _oof_frame([(part["oof_keys"].result(), part["oof"]) for part in parts])
+        oof = _oof_frame(_oof_key_parts(keys, [part["oof_keys"] for part in parts]), [part["oof"] for part in parts])
     record = {"method": "neuro", "pool": pool, "solver": solver, "C": Cs[0] if len(Cs) == 1 else Cs,
               "fold_scheme": settings.fold_scheme, "folds": settings.folds, "seed": settings.seed,
               "inner_folds": settings.inner_folds, "controls": list(control_names), "n_boot": settings.n_boot,
@@ -269,13 +271,17 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, **opt
     out = _group_columns(read, keys, layers, d_model, **options)
     keys = pd.DataFrame(keys).reset_index(drop=True)
     return {**out, **{name: _frame([out[name]]) for name in ("table", "folds")},
-            "oof": _oof_frame([(_oof_keys(keys, out["oof"]["row"]), out["oof"])])}
+            "oof": _oof_frame([_oof_keys(keys, out["oof"]["row"])], [out["oof"]])}
 
 
 # A group's bootstrap draws (`peaks.pair_draws`) are made on a thread of their own while its probes are fitted,
 # from BACKGROUND_DRAWS replicates × items up (~1 ms of binomial draws on the 2-core machine; a thread costs
 # ~0.1 ms): at XCOMPS's 3,592 pairs a group, 1,000 replicates took 0.17 s there, in line after the fits.
 BACKGROUND_DRAWS = 50_000
+# A group's out-of-fold key columns are taken on the sweep's thread from BACKGROUND_OOF_ROWS rows (items × layers)
+# up. Below it the thread's turns at the GIL cost the next group's fits more than the takes save: at 4 items × 19
+# layers a group, the sweep's fits took 0.50 s beside the thread against 0.41 s without it (perf/README.md).
+BACKGROUND_OOF_ROWS = 20_000
 
 
 def _in_background(fn, *args) -> Future:
@@ -427,14 +433,30 @@ def _oof_keys(keys: pd.DataFrame, place: np.ndarray) -> dict:
     return columns
 
 
-def _oof_frame(parts: list[tuple[dict, dict]]) -> pd.DataFrame:
-    """The out-of-fold table of the groups' key columns (`_oof_keys`) and `_oof_rows`, joined once (an Arrow
-    column's pieces as the chunks of one column, not copied)."""
-    if not parts:
+def _oof_key_parts(keys: pd.DataFrame, pending: list) -> list[dict]:
+    """The groups' out-of-fold key columns in order, from `pending`: per group a future of its `_oof_keys` (taken
+    on a thread) or its rows' places in `keys`; a run of groups given by places is taken at once."""
+    parts, run = [], []
+    for group in [*pending, None]:
+        if isinstance(group, np.ndarray):
+            run.append(group)
+            continue
+        if run:
+            parts.append(_oof_keys(keys, np.concatenate(run)))
+            run = []
+        if group is not None:
+            parts.append(group.result())
+    return parts
+
+
+def _oof_frame(key_parts: list[dict], oofs: list[dict]) -> pd.DataFrame:
+    """The out-of-fold table of the groups' key columns (`_oof_key_parts`, the same rows in the same order) and
+    their `_oof_rows`, joined once (an Arrow column's pieces as the chunks of one column, not copied)."""
+    if not oofs:
         return pd.DataFrame()
-    columns = {column: _joined([keys[column] for keys, _ in parts]) for column in ("method", *OOF_KEYS)}
+    columns = {column: _joined([keys[column] for keys in key_parts]) for column in ("method", *OOF_KEYS)}
     for column in ("layer", "fold", "score"):
-        columns[column] = np.concatenate([oof[column] for _, oof in parts])
+        columns[column] = np.concatenate([oof[column] for oof in oofs])
     return pd.DataFrame(columns)
 
 
