@@ -279,8 +279,9 @@ def probe_group(read, keys: pd.DataFrame, layers: list[int], d_model: int, **opt
 # ~0.1 ms): at XCOMPS's 3,592 pairs a group, 1,000 replicates took 0.17 s there, in line after the fits.
 BACKGROUND_DRAWS = 50_000
 # A group's out-of-fold key columns are taken on the sweep's thread from BACKGROUND_OOF_ROWS rows (items × layers)
-# up. Below it the thread's turns at the GIL cost the next group's fits more than the takes save: at 4 items × 19
-# layers a group, the sweep's fits took 0.50 s beside the thread against 0.41 s without it (perf/README.md).
+# up. Below it the next group's fits beside that thread slow down more than the takes save: at 4 items × 19 layers
+# a group the sweep's fits took 1.24-1.34 times their replay beside it, 1.00 without (perf/README.md; a shorter
+# GIL switch interval did not change it).
 BACKGROUND_OOF_ROWS = 20_000
 
 
