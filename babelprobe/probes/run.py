@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -437,16 +438,12 @@ def _oof_keys(keys: pd.DataFrame, place: np.ndarray) -> dict:
 def _oof_key_parts(keys: pd.DataFrame, pending: list) -> list[dict]:
     """The groups' out-of-fold key columns in order, from `pending`: per group a future of its `_oof_keys` (taken
     on a thread) or its rows' places in `keys`; a run of groups given by places is taken at once."""
-    parts, run = [], []
-    for group in [*pending, None]:
-        if isinstance(group, np.ndarray):
-            run.append(group)
-            continue
-        if run:
-            parts.append(_oof_keys(keys, np.concatenate(run)))
-            run = []
-        if group is not None:
-            parts.append(group.result())
+    parts = []
+    for as_places, run in groupby(pending, key=lambda group: isinstance(group, np.ndarray)):
+        if as_places:
+            parts.append(_oof_keys(keys, np.concatenate(list(run))))
+        else:
+            parts.extend(future.result() for future in run)
     return parts
 
 
