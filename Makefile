@@ -6,6 +6,11 @@ BIN := $(VENV)/bin
 # elsewhere it is PyPI's build. Use `make setup TORCH=torch` (or any spec) to choose your own.
 TORCH ?= torch==2.13.0
 PYTEST_ARGS ?=
+# The suite runs in parallel (pytest-xdist): a worker per physical core, at most 4, each test sent to the
+# first free worker; each worker's torch takes its share of the threads (tests/conftest.py). On the
+# 2-core machine pytest takes ~10 min instead of ~16. `make test PARALLEL=` runs it in one process. Tests
+# marked serial (pyproject.toml) run after the others, in one process.
+PARALLEL ?= -n auto --maxprocesses 4 --dist worksteal
 
 # The numeric tests (tests/numeric.py) again under each other CPU kernel family torch has, so a tolerance
 # that only this machine's kernels meet fails here and not on a user's machine.
@@ -23,17 +28,19 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 test: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PARALLEL) -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m serial $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-numeric
 
 test-numeric: setup
 	@for kernels in $(KERNELS); do \
 		echo "numeric tests under ATEN_CPU_CAPABILITY=$$kernels"; \
-		ATEN_CPU_CAPABILITY=$$kernels $(BIN)/python -m pytest -m numeric -q $(PYTEST_ARGS) || exit 1; \
+		ATEN_CPU_CAPABILITY=$$kernels $(BIN)/python -m pytest -m numeric -q $(PARALLEL) $(PYTEST_ARGS) || exit 1; \
 	done
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not serial" $(PARALLEL) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "serial and not slow" $(PYTEST_ARGS)
 
 lint: setup
 	$(BIN)/ruff check babelprobe tests perf

@@ -14,7 +14,9 @@ from threadpoolctl import threadpool_limits  # noqa: E402
 
 from tests.tiny import tiny_lm
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# At most 2 torch threads; under pytest-xdist (`make test` runs a worker per core) each worker its share of them
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, torch.get_num_threads()) // _WORKERS))
 
 
 def pytest_collection_modifyitems(config, items):

@@ -349,6 +349,7 @@ def test_18_sigkill_during_extraction_is_tests_test_kill():
     assert (Path(__file__).parent / "test_kill.py").exists()
 
 
+@pytest.mark.serial
 def test_19_sigint_during_extraction_then_the_same_command_resumes(work, tmp_path):
     root, model, _ = work
     items = tmp_path / "items.jsonl"
@@ -369,6 +370,7 @@ def test_19_sigint_during_extraction_then_the_same_command_resumes(work, tmp_pat
     assert shard_digests(out) == shard_digests(tmp_path / "clean") and bp.verify_store(out) == []
 
 
+@pytest.mark.serial
 def test_20_sigint_during_scoring_then_the_same_command_resumes(work, tmp_path):
     from babelprobe.runs import partial_dir
 
