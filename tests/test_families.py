@@ -3,8 +3,11 @@ against a reference independent of babelprobe, on tiny random models built here 
 configs (tests/families.py).
 
     extract                    = HF `hidden_states` (layers 0..L-1) and a hand hook on the last block (layer L)
-    score direct               = log-softmax of the HF forward's own logits
+    score direct               = log-softmax of the HF forward's own logits (plain batches, and the prefix
+                                 tree that `score direct` and `compare` run by default)
     score meta                 = the same, for the answer tokens after a shared prompt (the KV-cached tree)
+    compare (one pass)         = compare's direct scoring with the store filled by the same forward passes (its
+                                 default on an accelerator): HF's log-probs and hidden states, as above
     lens                       = the HF forward's logits, from the last layer's extracted state
     patch                      = a state written into itself changes nothing; the unpatched copy is HF's
     neurons                    = a hand hook on each family's MLP (tests/families.py NEURONS; a mixture of
@@ -31,7 +34,8 @@ from tests.families import BLOCKS, CONFIGS, DOWN, MOE, NEURONS, SHARED_EXPERT, S
 pytestmark = [pytest.mark.families, pytest.mark.usefixtures("one_thread")]
 
 FAMILIES = tuple(CONFIGS)
-COMMANDS = ("extract", "score direct", "score meta", "lens", "patch", "neurons", "intervene --method neurons", "sae")
+COMMANDS = ("extract", "score direct", "score meta", "compare (one pass)", "lens", "patch", "neurons",
+            "intervene --method neurons", "sae")
 SHARED_REFUSAL = "mixtures of experts .* with a shared expert"
 
 
@@ -131,6 +135,76 @@ def test_direct_scores_equal_hf_log_probs(family):
     scored = token_logprobs(lm, texts, batch_tokens=64, progress=False)
     for text, mine in zip(texts, scored):
         np.testing.assert_allclose(mine.logprobs, hf_logprobs(model, ids_of(lm, text)), **LOGPROB_TOL)
+
+
+# minimal pairs whose texts share starts (BOS, "A dog can", "A cat can climb"), so the prefix tree branches
+PAIRS = {"en": [("A dog can bark.", "A dog can fly."), ("A cat can climb trees.", "A cat can climb clouds.")],
+         "de": [("Ein Hund kann bellen.", "Ein Hund kann fliegen.")]}
+
+
+def pair_items() -> pd.DataFrame:
+    from babelprobe.items import load_items
+
+    rows = [{"item_id": f"{lang}-{k}-{label}", "pair_id": f"{lang}-{k}", "language": lang, "subset": "s",
+             "label": label, "text": text}
+            for lang, pairs in PAIRS.items() for k, pair in enumerate(pairs) for label, text in zip((1, 0), pair)]
+    return load_items(pd.DataFrame(rows))
+
+
+def assert_pair_scores_are_hf_sums(lm, model, table: pd.DataFrame) -> None:
+    """Each text's score (direct's default reduction, the sum) = the sum of HF's log-probs of its tokens."""
+    assert len(table) == sum(map(len, PAIRS.values()))
+    for side in ("good", "bad"):
+        for text, score in zip(table[f"text_{side}"], table[f"score_{side}"]):
+            reference = hf_logprobs(model, ids_of(lm, text))
+            np.testing.assert_allclose(score, reference.sum(), rtol=0, atol=LOGPROB_TOL["atol"] * len(reference),
+                                       err_msg=text)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_direct_scores_through_the_prefix_tree_equal_hf_log_probs(family, monkeypatch):
+    """`score direct`'s default path: the pairs' texts as a prefix tree, a shared start run once (KV cache)."""
+    import babelprobe.benchmarks.direct as direct
+
+    real, trees = direct.run_prefix, []
+
+    def spied(lm, plan, **options):
+        trees.append(plan)
+        return real(lm, plan, **options)
+
+    monkeypatch.setattr(direct, "run_prefix", spied)
+    lm, (model, _) = family_lm(family), build(family)
+    assert_pair_scores_are_hf_sums(lm, model, direct.score_direct(lm, pair_items(), batch_tokens=64, progress=False))
+    assert trees, "direct scoring did not take the prefix tree"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compares_one_pass_gives_hf_scores_and_hidden_states(family, tmp_path):
+    """compare on an accelerator: direct scoring whose forward passes also fill the store (`extract.fused`)."""
+    from babelprobe.benchmarks.scoring import DirectSettings, score_direct_capturing
+    from babelprobe.extract import open_store
+    from babelprobe.extract.fused import StoreCapture
+    from babelprobe.extract.settings import ExtractSettings
+
+    lm, (model, _) = family_lm(family), build(family)
+    items = pair_items()
+    capture = StoreCapture(lm, items, tmp_path / "store", ExtractSettings(pool="both"), batch_tokens=64)
+    with capture:
+        table = score_direct_capturing(lm, items, tmp_path / "direct.csv", DirectSettings(), capture,
+                                       batch_tokens=64, progress=False)
+    assert_pair_scores_are_hf_sums(lm, model, table)
+    store = open_store(tmp_path / "store")
+    assert store.manifest["complete"] and "fused" in store.manifest
+    texts = dict(zip(items["item_id"], items["text"]))
+    assert sorted(store.keys["item_id"]) == sorted(texts)
+    for row, text in enumerate(store.keys["item_id"].map(texts)):
+        ids = ids_of(lm, text)
+        reference = list(hf_forward(model, ids).hidden_states[: lm.n_layers]) + [last_block_output(model, family, ids)]
+        for layer, hidden in enumerate(reference):
+            np.testing.assert_allclose(store.read(layer, pool="last", rows=np.array([row]))[0], hidden[0, -1].numpy(),
+                                       **STATE_TOL, err_msg=f"{text}: layer {layer}")
+            np.testing.assert_allclose(store.read(layer, pool="mean", rows=np.array([row]))[0],
+                                       hidden[0, 1:].mean(0).numpy(), **STATE_TOL, err_msg=f"{text}: layer {layer}")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
