@@ -344,6 +344,21 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_store_pages_writes_and_reads_a_store_with_its_pages_kept_and_dropped(tmp_path):
+    """perf/store_pages.py at a tiny size: a row per round, kept and dropped in turn, with the store's write and
+    read back (no timing asserted); each round's store is gone afterwards."""
+    done = subprocess.run([sys.executable, str(ROOT / "perf" / "store_pages.py"), "--layers", "2", "--d-model", "8",
+                           "--gb", "0.0003", "--rounds", "2", "--tmp", str(tmp_path)], capture_output=True, text=True,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("5 shards of 0 MB (2 layers × 8, bfloat16)")
+    rounds = [line.split(" | ") for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert [(r[0], r[1]) for r in rounds] == [("| 1", "kept"), ("| 2", "dropped")]
+    assert all(len(r) == 9 and float(r[2]) == 0.0 and float(r[3]) > 0 and float(r[7]) >= 0 for r in rounds)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     """perf/probe_phase.py on a tiny store: a row per round with the phase, its parts and the replayed fits,
     and the median ratio (no timing asserted); its results go to a temporary folder that is gone afterwards."""
