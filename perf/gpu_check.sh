@@ -23,7 +23,8 @@
 #   `matmul` and `probe` took 218 s in one call, then `LIMIT=330 ... quarter` 242 s and `probe` plus `solver` 130 s
 #   (perf/README.md "An H200 again"); the next session: `before 6b9f844` here, the same calls, `ab` now 4 runs.
 #   Since 2026-11-30 also `pages` (perf/store_pages.py, ~2-3 min): whether this machine's store writes are faster
-#   with each shard's pages dropped from the page cache, and what that costs the probe phase's reads.
+#   with each shard's pages dropped from the page cache, what that costs the probe phase's reads, and what the
+#   shards' fsyncs cost (whether the disk sets direct's pace).
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -181,11 +182,13 @@ floors)
     step floors-135 240 --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
     ;;
 pages)
-    # the store's pages kept in the page cache (babelprobe) or dropped after each shard's fsync: 16 GB of 8B shards
-    # written by the background writer's threads and read back, 4 rounds alternating (perf/store_pages.py; on the
-    # 2-core development machine dropping wrote 2.5-4x faster and read 2.5-6x slower), ~2-3 min
+    # the store's pages kept in the page cache (babelprobe), dropped after each shard's fsync, or kept without the
+    # fsyncs (what waiting for the disk costs): 12 GB of 8B shards written by the background writer's threads and
+    # read back, each way twice (perf/store_pages.py; on the 2-core development machine dropping wrote 2.5-4x faster
+    # and read 2.5-6x slower), ~2-3 min
     mkdir -p "$WORK"
-    timeout 240 $PY perf/store_pages.py --gb 16 --rounds 4 --tmp "$WORK" 2>&1 | tee "$OUT/store-pages.txt"
+    timeout 240 $PY perf/store_pages.py --gb 12 --modes kept,dropped,unsynced --rounds 6 --tmp "$WORK" 2>&1 \
+        | tee "$OUT/store-pages.txt"
     rm -rf "${WORK:?}"/*
     ;;
 solver)

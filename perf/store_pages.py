@@ -7,13 +7,16 @@ Kept, each shard's written pages stay cached: the kernel finds fresh pages for e
 machine's fresh memory the costly part, perf/README.md "Direct's pace is the store's") and the probe phase
 reads from memory. Dropped (`posix_fadvise(DONTNEED)` after the shard's fsync, so its pages are clean), the
 next shards reuse the same pages and the probe phase reads from the disk. A store larger than the memory cannot
-stay cached either way.
+stay cached either way. A third way, `unsynced`, keeps the pages and skips the fsyncs (this script's process
+only): what waiting for the disk costs, where the disk rather than the memory sets the pace.
 
 Each round writes `--gb` of shards through `StoreWriter.write_shard` (keys, sha256, HDF5, fsync, rename) on
 `WRITERS` threads as extraction's background writer does, then reads every shard back whole with HDF5 (the bytes
-the probe phase reads, in file order), then deletes the store. Rounds alternate keep and drop.
+the probe phase reads, in file order), then deletes the store. The rounds take the `--modes` in turn, then in
+the reverse order, so that each comes first once (a fresh machine's first writes pay more).
 
     .venv/bin/python perf/store_pages.py --gb 20 --tmp /tmp
+    .venv/bin/python perf/store_pages.py --gb 16 --modes kept,dropped,unsynced --rounds 6
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +49,21 @@ def drop_pages(path: Path) -> None:
         os.close(fd)
 
 
-def one_round(path: Path, shards: int, layers: int, d_model: int, dtype: str, drop: bool) -> dict:
+MODES = ("kept", "dropped", "unsynced")
+
+
+@contextmanager
+def fsyncs_skipped():
+    """`os.fsync` does nothing meanwhile (in this process: the writers' threads call it through the os module)."""
+    real = os.fsync
+    os.fsync = lambda fd: None
+    try:
+        yield
+    finally:
+        os.fsync = real
+
+
+def one_round(path: Path, shards: int, layers: int, d_model: int, dtype: str, mode: str) -> dict:
     rows = default_shard_size(layers, d_model)
     writer = StoreWriter(path, n_rows=rows * shards, layers=list(range(layers)), d_model=d_model,
                          n_layers=layers - 1, pools=("last",), dtype=dtype)
@@ -58,11 +76,11 @@ def one_round(path: Path, shards: int, layers: int, d_model: int, dtype: str, dr
                              "pair_id": [f"p{j // 2}" for j in range(start, stop)], "language": "en", "subset": "s",
                              "label": np.arange(start, stop) % 2})
         writer.write_shard(k, keys, {"last": values}, encoded=True)
-        if drop:
+        if mode == "dropped":
             drop_pages(path / shard_name(k))
 
     before, start = os.times(), time.perf_counter()
-    with ThreadPoolExecutor(WRITERS) as pool:
+    with ThreadPoolExecutor(WRITERS) as pool, fsyncs_skipped() if mode == "unsynced" else nullcontext():
         list(pool.map(write, range(shards)))
     written, after = time.perf_counter() - start, os.times()
     import h5py
@@ -83,11 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=33, help="stored layers (default 33: an 8B model's every one)")
     parser.add_argument("--d-model", type=int, default=4096)
     parser.add_argument("--store-dtype", default="bfloat16", choices=("float32", "bfloat16"))
-    parser.add_argument("--rounds", type=int, default=4, help="rounds, alternating keep and drop (default 4)")
+    parser.add_argument("--modes", default="kept,dropped", help=f"comma-separated, of {', '.join(MODES)} (default "
+                        "kept,dropped)")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds: the modes in turn, then reversed (default 4)")
     parser.add_argument("--tmp", help="where the store is written (default: the system's temporary directory)")
     args = parser.parse_args(argv)
     if args.gb <= 0 or args.rounds < 1:
         parser.error(f"--gb {args.gb}, --rounds {args.rounds}: both must be positive")
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    if not modes or set(modes) - set(MODES):
+        parser.error(f"--modes {args.modes!r}: choose from {', '.join(MODES)}")
     shard_bytes = default_shard_size(args.layers, args.d_model) * args.layers * args.d_model * \
         np.dtype(storage_dtype(args.store_dtype)).itemsize
     shards = max(1, round(args.gb * 1e9 / shard_bytes))
@@ -98,11 +121,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{WRITERS} writer threads, {os.cpu_count()} CPUs")
     print("| round | pages | GB | write s | write GB/s | CPU user s | CPU sys s | read s | read GB/s |")
     print("|---|---|---|---|---|---|---|---|---|")
+    order = modes + modes[::-1]  # kept, dropped, dropped, kept: each first once
     for k in range(args.rounds):
-        drop = k % 4 in (1, 2)  # keep, drop, drop, keep: each first in turn
+        mode = order[k % len(order)]
         with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-            r = one_round(Path(tmp) / "store", shards, args.layers, args.d_model, args.store_dtype, drop)
-        print(f"| {k + 1} | {'dropped' if drop else 'kept'} | {r['gb']:.1f} | {r['write']:.3f} | "
+            r = one_round(Path(tmp) / "store", shards, args.layers, args.d_model, args.store_dtype, mode)
+        print(f"| {k + 1} | {mode} | {r['gb']:.1f} | {r['write']:.3f} | "
               f"{r['gb'] / r['write']:.2f} | {r['user']:.1f} | {r['sys']:.1f} | {r['read']:.3f} | "
               f"{r['gb'] / r['read']:.2f} |", flush=True)
     return 0
