@@ -43,6 +43,7 @@ import floors  # noqa: E402
 from workflow import SUBSETS, XCOMPS_LANGUAGES, pair_count, profiled  # noqa: E402
 
 from babelprobe.comparison import CompareSettings  # noqa: E402
+from babelprobe.errors import BabelprobeError  # noqa: E402
 from babelprobe.extract import open_store, write_store  # noqa: E402
 from babelprobe.probes import probe, synthetic_activations  # noqa: E402
 from babelprobe.probes.solvers import resolve_device  # noqa: E402
@@ -125,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|")
         (Path(tmp) / "out").mkdir()
         for k in range(args.repeat):
-            seconds = one_round(acts, settings, fits, Path(tmp) / "out", args.profile if k == 0 else None)
+            try:
+                seconds = one_round(acts, settings, fits, Path(tmp) / "out", args.profile if k == 0 else None)
+            except BabelprobeError as err:  # settings the store cannot take (more folds than a group's pairs)
+                print(f"probe_phase.py: {err}", file=sys.stderr)
+                return 2
             ratios.append(seconds["replay"] / seconds["phase"])
             print(f"| {k + 1} | {seconds['phase']:.3f} | {seconds['sweep']:.3f} | {seconds['write']:.3f} | "
                   f"{seconds['replay']:.3f} | {ratios[-1]:.3f} |", flush=True)

@@ -407,6 +407,10 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     refused = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
                               "--on-disk", "bfloat16"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2 and "--on-disk" in refused.stderr
+    too_many = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
+                               "--d-model", "4", "--folds", "5", "--repeat", "1"], capture_output=True, text=True, cwd=ROOT)
+    assert too_many.returncode == 2 and "Traceback" not in too_many.stderr
+    assert too_many.stderr.strip().splitlines() == [too_many.stderr.strip()] and "fewer than --folds 5" in too_many.stderr
 
 
 def test_the_simulated_devices_shape_rules_agree_with_the_meta_devices():
