@@ -108,16 +108,23 @@ def test_extract_equals_hf_hidden_states(family, tmp_path):
     lm, (model, _) = family_lm(family), build(family)
     items = items_frame()
     extract(lm, items, tmp_path / "store", layers="all", pool="both", progress=False)
-    store = open_store(tmp_path / "store")
-    assert store.layers == list(range(lm.n_layers + 1))
-    for row, text in enumerate(items["text"]):
+    assert_states_are_hf(lm, model, family, open_store(tmp_path / "store"), items)
+
+
+def assert_states_are_hf(lm, model, family: str, store, items: pd.DataFrame) -> None:
+    """Every layer of every row of a store of both poolings = HF's hidden states of the row's item's text: the
+    last token's, and the mean over the tokens after BOS."""
+    texts = dict(zip(items["item_id"], items["text"]))
+    assert store.layers == list(range(lm.n_layers + 1)) and sorted(store.keys["item_id"]) == sorted(texts)
+    for row, text in enumerate(store.keys["item_id"].map(texts)):
         ids = ids_of(lm, text)
         reference = list(hf_forward(model, ids).hidden_states[: lm.n_layers]) + [last_block_output(model, family, ids)]
         for layer, hidden in enumerate(reference):
             last = store.read(layer, pool="last", rows=np.array([row]))[0]
             mean = store.read(layer, pool="mean", rows=np.array([row]))[0]
-            np.testing.assert_allclose(last, hidden[0, -1].numpy(), **STATE_TOL, err_msg=f"layer {layer}")
-            np.testing.assert_allclose(mean, hidden[0, 1:].mean(0).numpy(), **STATE_TOL, err_msg=f"layer {layer}")
+            np.testing.assert_allclose(last, hidden[0, -1].numpy(), **STATE_TOL, err_msg=f"{text!r}, layer {layer}")
+            np.testing.assert_allclose(mean, hidden[0, 1:].mean(0).numpy(), **STATE_TOL,
+                                       err_msg=f"{text!r}, layer {layer}")
 
 
 def hf_logprobs(model, ids: torch.Tensor) -> np.ndarray:
@@ -152,7 +159,8 @@ def pair_items() -> pd.DataFrame:
 
 
 def assert_pair_scores_are_hf_sums(lm, model, table: pd.DataFrame) -> None:
-    """Each text's score (direct's default reduction, the sum) = the sum of HF's log-probs of its tokens."""
+    """Each text's score (direct's default reduction, the sum) = the sum of HF's log-probs of its tokens, each
+    within LOGPROB_TOL (so the sum within that times the tokens)."""
     assert len(table) == sum(map(len, PAIRS.values()))
     for side in ("good", "bad"):
         for text, score in zip(table[f"text_{side}"], table[f"score_{side}"]):
@@ -195,16 +203,7 @@ def test_compares_one_pass_gives_hf_scores_and_hidden_states(family, tmp_path):
     assert_pair_scores_are_hf_sums(lm, model, table)
     store = open_store(tmp_path / "store")
     assert store.manifest["complete"] and "fused" in store.manifest
-    texts = dict(zip(items["item_id"], items["text"]))
-    assert sorted(store.keys["item_id"]) == sorted(texts)
-    for row, text in enumerate(store.keys["item_id"].map(texts)):
-        ids = ids_of(lm, text)
-        reference = list(hf_forward(model, ids).hidden_states[: lm.n_layers]) + [last_block_output(model, family, ids)]
-        for layer, hidden in enumerate(reference):
-            np.testing.assert_allclose(store.read(layer, pool="last", rows=np.array([row]))[0], hidden[0, -1].numpy(),
-                                       **STATE_TOL, err_msg=f"{text}: layer {layer}")
-            np.testing.assert_allclose(store.read(layer, pool="mean", rows=np.array([row]))[0],
-                                       hidden[0, 1:].mean(0).numpy(), **STATE_TOL, err_msg=f"{text}: layer {layer}")
+    assert_states_are_hf(lm, model, family, store, items)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
