@@ -2,7 +2,8 @@
 against a reference independent of babelprobe, on tiny random models built here from transformers
 configs (tests/families.py).
 
-    extract                    = HF `hidden_states` (layers 0..L-1) and a hand hook on the last block (layer L)
+    extract                    = HF `hidden_states` (layers 0..L-1) and a hand hook on the last block (layer L),
+                                 through each of its backends (hf, nnsight, transformer_lens)
     score direct               = log-softmax of the HF forward's own logits (plain batches, and the prefix
                                  tree that `score direct` and `compare` run by default)
     score meta                 = the same, for the answer tokens after a shared prompt (the KV-cached tree)
@@ -100,15 +101,18 @@ def refuses(family: str, command: str):
 
 # ------------------------------------------------------------------------------------------ the checks
 
+@pytest.mark.parametrize("backend", ("hf", "nnsight", "transformer_lens"))
 @pytest.mark.parametrize("family", FAMILIES)
-def test_extract_equals_hf_hidden_states(family, tmp_path):
+def test_extract_equals_hf_hidden_states(family, backend, tmp_path):
     from babelprobe.extract import open_store
     from babelprobe.extract.run import extract
 
     lm, (model, _) = family_lm(family), build(family)
     items = items_frame()
-    extract(lm, items, tmp_path / "store", layers="all", pool="both", progress=False)
-    assert_states_are_hf(lm, model, family, open_store(tmp_path / "store"), items)
+    extract(lm, items, tmp_path / "store", layers="all", pool="both", backend=backend, progress=False)
+    store = open_store(tmp_path / "store")
+    assert store.manifest["backend"]["name"] == backend
+    assert_states_are_hf(lm, model, family, store, items)
 
 
 def assert_states_are_hf(lm, model, family: str, store, items: pd.DataFrame) -> None:
