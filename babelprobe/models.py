@@ -711,9 +711,14 @@ def sync_free_attention(lm: LoadedModel):
     Nor does it let torch pick cuDNN's attention (`without_cudnn_attention`): torch 2.5+ sends a masked SDPA to
     cuDNN first on Hopper and newer, and cuDNN builds a plan for every new shape on the host (a prefix tree's
     passes all differ): on an H200 the meta phase's GPU sat idle 12 of 20 s inside `_cudnn_attention_forward`
-    (2026-11-27, perf/gpu_check.sh look). The memory-efficient kernel takes the same masks without a plan."""
+    (2026-11-27, perf/gpu_check.sh look). The memory-efficient kernel takes the same masks without a plan.
+
+    Only a model whose attention goes through transformers' attention interface (`_supports_attention_backend`)
+    is switched: Falcon's own attention runs SDPA only where the name is "sdpa", and under another name adds the
+    mask to its scores, where SDPA's masks are booleans (its log-probs were off by up to 0.07)."""
     config = getattr(lm.parts.body, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa":
+    if (getattr(config, "_attn_implementation", None) != "sdpa"
+            or not getattr(lm.parts.body, "_supports_attention_backend", False)):
         yield
         return
     _register_sync_free_sdpa()

@@ -428,6 +428,8 @@ class SimBody(nn.Module):
     """The model body (embeddings, blocks, final norm) as babelprobe calls it: keyword inputs, an optional
     cache, hidden states after the final norm in `last_hidden_state`."""
 
+    _supports_attention_backend = True  # as a Llama body's: its attention is switched as a real Llama's is
+
     def __init__(self, config, device: Device, dtype, launches: Launches | None = None):
         super().__init__()
         config._attn_implementation = config._attn_implementation or "sdpa"  # a real model's default

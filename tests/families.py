@@ -112,18 +112,28 @@ DOWN = {**{f: "mlp.down_proj" for f, (kind, _) in NEURONS.items() if kind in ("g
 _BUILT: dict = {}
 
 
-def build(family: str, seed: int = 0):
-    """(HF model, tokenizer) of a tiny random `family` model, float32, eager attention (built once)."""
-    if family not in _BUILT:
+def build(family: str, seed: int = 0, attention: str = "eager"):
+    """(HF model, tokenizer) of a tiny random `family` model, float32, with transformers' `attention`
+    implementation (eager, or sdpa: what `from_pretrained` gives a model that has it; built once)."""
+    if (family, attention) not in _BUILT:
         tokenizer = tiny_tokenizer()
         torch.manual_seed(seed)
         config = CONFIGS[family](len(tokenizer))
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attention)
         model.eval()
-        _BUILT[family] = (model, tokenizer)
-    return _BUILT[family]
+        _BUILT[(family, attention)] = (model, tokenizer)
+    return _BUILT[(family, attention)]
 
 
-def family_lm(family: str) -> LoadedModel:
-    model, tokenizer = build(family)
-    return wrap_model(model, tokenizer, name=f"tiny-{family}")
+def family_lm(family: str, attention: str = "eager") -> LoadedModel:
+    model, tokenizer = build(family, attention=attention)
+    return wrap_model(model, tokenizer, name=f"tiny-{family}" + ("" if attention == "eager" else f"-{attention}"))
+
+
+def has_sdpa(family: str) -> bool:
+    """Whether transformers runs `family` with torch's SDPA (the default of `from_pretrained` where it can)."""
+    return AutoModelForCausalLM._model_mapping[type(CONFIGS[family](600))]._supports_sdpa
+
+
+# (family, attention) of the checks that run both: every family eagerly, and through SDPA where it has it
+ATTENTIONS = [*((f, "eager") for f in CONFIGS), *((f, "sdpa") for f in CONFIGS if has_sdpa(f))]

@@ -16,6 +16,10 @@ configs (tests/families.py).
     intervene --method neurons = a hand edit of the down projection's input (experts: of act_fn's output)
     sae                        = the SAE pass reads the state extraction stores
 
+Extract (hf), score direct, score meta and compare's one pass run each family twice: with eager attention and,
+where transformers has it for the family, with SDPA (what `from_pretrained` loads by default, and where
+babelprobe's passes switch to their own SDPA without the mask's read back: `models.sync_free_attention`).
+
 A family or command babelprobe cannot support is an explicit refusal, checked here (`EXPECTED`). The
 README's table of families × commands is rendered from the same `EXPECTED` by `family_table()`, and a test
 checks README holds exactly it (`python -m tests.test_families` prints it).
@@ -30,7 +34,18 @@ import pytest
 import torch
 
 from babelprobe.errors import BabelprobeError
-from tests.families import BLOCKS, CONFIGS, DOWN, MOE, NEURONS, SHARED_EXPERT, STRUCTURAL, build, family_lm
+from tests.families import (
+    ATTENTIONS,
+    BLOCKS,
+    CONFIGS,
+    DOWN,
+    MOE,
+    NEURONS,
+    SHARED_EXPERT,
+    STRUCTURAL,
+    build,
+    family_lm,
+)
 
 pytestmark = [pytest.mark.families, pytest.mark.usefixtures("one_thread")]
 
@@ -101,13 +116,17 @@ def refuses(family: str, command: str):
 
 # ------------------------------------------------------------------------------------------ the checks
 
-@pytest.mark.parametrize("backend", ("hf", "nnsight", "transformer_lens"))
-@pytest.mark.parametrize("family", FAMILIES)
-def test_extract_equals_hf_hidden_states(family, backend, tmp_path):
+# extraction through each backend on the eager models, and hf's through SDPA where a family has it
+EXTRACTIONS = [*((f, "eager", b) for f in FAMILIES for b in ("hf", "nnsight", "transformer_lens")),
+               *((f, a, "hf") for f, a in ATTENTIONS if a != "eager")]
+
+
+@pytest.mark.parametrize("family,attention,backend", EXTRACTIONS)
+def test_extract_equals_hf_hidden_states(family, attention, backend, tmp_path):
     from babelprobe.extract import open_store
     from babelprobe.extract.run import extract
 
-    lm, (model, _) = family_lm(family), build(family)
+    lm, (model, _) = family_lm(family, attention), build(family, attention=attention)
     items = items_frame()
     extract(lm, items, tmp_path / "store", layers="all", pool="both", backend=backend, progress=False)
     store = open_store(tmp_path / "store")
@@ -137,11 +156,11 @@ def hf_logprobs(model, ids: torch.Tensor) -> np.ndarray:
     return torch.log_softmax(logits[:-1], -1).gather(1, ids[0, 1:, None])[:, 0].numpy()
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_direct_scores_equal_hf_log_probs(family):
+@pytest.mark.parametrize("family,attention", ATTENTIONS)
+def test_direct_scores_equal_hf_log_probs(family, attention):
     from babelprobe.benchmarks.core.logprobs import token_logprobs
 
-    lm, (model, _) = family_lm(family), build(family)
+    lm, (model, _) = family_lm(family, attention), build(family, attention=attention)
     texts = [t for values in TEXTS.values() for t in values]
     scored = token_logprobs(lm, texts, batch_tokens=64, progress=False)
     for text, mine in zip(texts, scored):
@@ -173,8 +192,8 @@ def assert_pair_scores_are_hf_sums(lm, model, table: pd.DataFrame) -> None:
                                        err_msg=text)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_direct_scores_through_the_prefix_tree_equal_hf_log_probs(family, monkeypatch):
+@pytest.mark.parametrize("family,attention", ATTENTIONS)
+def test_direct_scores_through_the_prefix_tree_equal_hf_log_probs(family, attention, monkeypatch):
     """`score direct`'s default path: the pairs' texts as a prefix tree, a shared start run once (KV cache)."""
     import babelprobe.benchmarks.direct as direct
 
@@ -185,20 +204,20 @@ def test_direct_scores_through_the_prefix_tree_equal_hf_log_probs(family, monkey
         return real(lm, plan, **options)
 
     monkeypatch.setattr(direct, "run_prefix", spied)
-    lm, (model, _) = family_lm(family), build(family)
+    lm, (model, _) = family_lm(family, attention), build(family, attention=attention)
     assert_pair_scores_are_hf_sums(lm, model, direct.score_direct(lm, pair_items(), batch_tokens=64, progress=False))
     assert trees, "direct scoring did not take the prefix tree"
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_compares_one_pass_gives_hf_scores_and_hidden_states(family, tmp_path):
+@pytest.mark.parametrize("family,attention", ATTENTIONS)
+def test_compares_one_pass_gives_hf_scores_and_hidden_states(family, attention, tmp_path):
     """compare on an accelerator: direct scoring whose forward passes also fill the store (`extract.fused`)."""
     from babelprobe.benchmarks.scoring import DirectSettings, score_direct_capturing
     from babelprobe.extract import open_store
     from babelprobe.extract.fused import StoreCapture
     from babelprobe.extract.settings import ExtractSettings
 
-    lm, (model, _) = family_lm(family), build(family)
+    lm, (model, _) = family_lm(family, attention), build(family, attention=attention)
     items = pair_items()
     capture = StoreCapture(lm, items, tmp_path / "store", ExtractSettings(pool="both"), batch_tokens=64)
     with capture:
@@ -210,11 +229,11 @@ def test_compares_one_pass_gives_hf_scores_and_hidden_states(family, tmp_path):
     assert_states_are_hf(lm, model, family, store, items)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_meta_answer_scores_equal_hf_log_probs(family):
+@pytest.mark.parametrize("family,attention", ATTENTIONS)
+def test_meta_answer_scores_equal_hf_log_probs(family, attention):
     from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
 
-    lm, (model, _) = family_lm(family), build(family)
+    lm, (model, _) = family_lm(family, attention), build(family, attention=attention)
     prompt = "Which concept has the property? The answer is"
     texts = [f"{prompt} {word}" for word in ("yes", "dog", "Katze")]
     scored = shared_prefix_logprobs(lm, texts, [len(prompt)] * len(texts), progress=False)

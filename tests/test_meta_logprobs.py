@@ -300,6 +300,27 @@ def test_passes_never_read_the_mask_back(monkeypatch):
         lm.parts.body(input_ids=torch.tensor([[1, 2, 3]]), attention_mask=torch.tensor([[0, 1, 1]]))
 
 
+def test_a_model_with_its_own_sdpa_branch_keeps_its_attention():
+    """Falcon's attention runs SDPA only where the implementation is named "sdpa" and otherwise adds the mask to
+    its scores; the mask of babelprobe's own name is SDPA's boolean one, so switching Falcon (with no attention
+    interface) would let every token see the ones after it. It keeps its attention, and scores as HF's own
+    forward of each text alone."""
+    from transformers import FalconConfig
+
+    tokenizer = tiny_tokenizer()
+    torch.manual_seed(0)
+    config = FalconConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                          pad_token_id=0, bos_token_id=2, eos_token_id=1)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa").eval()
+    lm = wrap_model(model, tokenizer, name="tiny-falcon-sdpa")
+    assert not getattr(lm.parts.body, "_supports_attention_backend", False)
+    texts, starts = requests()
+    scored = shared_prefix_logprobs(lm, texts, starts, batch_tokens=60, progress=False)
+    for text, start, s in zip(texts, starts, scored):
+        np.testing.assert_allclose(s.logprobs, reference(lm, text, start), atol=2e-5)
+    assert lm.parts.body.config._attn_implementation == "sdpa"
+
+
 def test_passes_keep_cudnn_attention_off(monkeypatch):
     """torch's cuDNN attention builds a plan on the host for every new shape (a prefix tree's passes all differ),
     so the scorers' passes switch that backend off for their own attention calls only (`without_cudnn_attention`)
