@@ -24,7 +24,8 @@
 #   (perf/README.md "An H200 again"); the next session: `before 6b9f844` here, the same calls, `ab` now 4 runs.
 #   Since 2026-11-30 also `pages` (perf/store_pages.py, ~2-3 min): whether this machine's store writes are faster
 #   with each shard's pages dropped from the page cache, what that costs the probe phase's reads, and what the
-#   shards' fsyncs cost (whether the disk sets direct's pace).
+#   shards' fsyncs cost (whether the disk sets direct's pace), and `tests` (~1-2 min): the family suite's model checks
+#   with babelprobe on the GPU against HF on the CPU, the first check of the engine's numbers on a GPU.
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -181,6 +182,17 @@ floors)
     say "A: the workflow at 9,180 pairs with every floor"
     step floors-135 240 --pairs 135 --sweep-tokens 100000 --store-dtype bfloat16
     ;;
+tests)
+    # the engine's numbers on the GPU, never checked there before 2026-11-30: the family suite's model checks
+    # (extraction through hf, direct in plain batches and as a prefix tree, meta's tree, compare's one pass; eager
+    # attention and SDPA) with babelprobe on CUDA in float32 against HF's forward on the CPU (tests/families.py
+    # DEVICE; the image has no nnsight or transformer_lens), then the CUDA-only tests, ~1-2 min
+    BABELPROBE_TEST_DEVICE=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_families.py \
+        -k "extract_equals and not nnsight and not transformer_lens or direct_scores or meta_answer or one_pass" \
+        2>&1 | tail -n 40 | tee "$OUT/tests.txt"
+    timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_probe_sweep.py tests/test_perf_workflow.py \
+        -k "cuda or gpu" 2>&1 | tail -n 15 | tee -a "$OUT/tests.txt"
+    ;;
 pages)
     # the store's pages kept in the page cache (babelprobe), dropped after each shard's fsync, or kept without the
     # fsyncs (what waiting for the disk costs): 12 GB of 8B shards written by the background writer's threads and
@@ -196,7 +208,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, wait, pages, ab, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, wait, tests, pages, ab, floors or solver"; exit 2
     ;;
 esac
 say "done"

@@ -6,6 +6,9 @@ from (`NEURONS`), used by the suite's reference hooks.
 
 from __future__ import annotations
 
+import copy
+import os
+
 import torch
 import transformers as T
 from transformers import AutoModelForCausalLM
@@ -125,8 +128,16 @@ def build(family: str, seed: int = 0, attention: str = "eager"):
     return _BUILT[(family, attention)]
 
 
+# Where babelprobe's side of the suite runs: the CPU, or the device named by BABELPROBE_TEST_DEVICE (cuda on a GPU
+# machine: `bash perf/gpu_check.sh tests`), where each check's model is a copy and its reference stays HF's
+# forward on the CPU
+DEVICE = torch.device(os.environ.get("BABELPROBE_TEST_DEVICE", "cpu"))
+
+
 def family_lm(family: str, attention: str = "eager") -> LoadedModel:
     model, tokenizer = build(family, attention=attention)
+    if DEVICE != torch.device("cpu"):  # `cpu:0` tries the copy on the CPU
+        model = copy.deepcopy(model).to(DEVICE)
     return wrap_model(model, tokenizer, name=f"tiny-{family}" + ("" if attention == "eager" else f"-{attention}"))
 
 

@@ -19,6 +19,8 @@ configs (tests/families.py).
 Extract (hf), score direct, score meta and compare's one pass run each family twice: with eager attention and,
 where transformers has it for the family, with SDPA (what `from_pretrained` loads by default, and where
 babelprobe's passes switch to their own SDPA without the mask's read back: `models.sync_free_attention`).
+With BABELPROBE_TEST_DEVICE=cuda babelprobe's side runs on the GPU, its references on the CPU
+(`bash perf/gpu_check.sh tests`).
 
 A family or command babelprobe cannot support is an explicit refusal, checked here (`EXPECTED`). The
 README's table of families × commands is rendered from the same `EXPECTED` by `family_table()`, and a test
