@@ -143,7 +143,9 @@ def family_lm(family: str, attention: str = "eager") -> LoadedModel:
 
 def has_sdpa(family: str) -> bool:
     """Whether transformers runs `family` with torch's SDPA (the default of `from_pretrained` where it can)."""
-    return AutoModelForCausalLM._model_mapping[type(CONFIGS[family](600))]._supports_sdpa
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(CONFIGS[family](600))]._supports_sdpa
 
 
 # (family, attention) of the checks that run both: every family eagerly, and through SDPA where it has it
