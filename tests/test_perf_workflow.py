@@ -23,11 +23,16 @@ from babelprobe.models import pad_batch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def perf(script: str, *args: str, **options) -> subprocess.CompletedProcess:
+    """perf/`script` run with `args` from the project's root, its output captured as text."""
+    return subprocess.run([sys.executable, str(ROOT / "perf" / script), *args], capture_output=True, text=True,
+                          cwd=ROOT, **options)
+
+
 def run_workflow(tmp_path, *options):
     out = tmp_path / "workflow.json"
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--no-progress", "--json", str(out),
-                           "--markdown", str(tmp_path / "w.md"), "--tmp", str(tmp_path), *options],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = perf("workflow.py", "--no-progress", "--json", str(out), "--markdown", str(tmp_path / "w.md"),
+                "--tmp", str(tmp_path), *options)
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
     return report, {row["phase"]: row for row in report["phases"]}, (tmp_path / "w.md").read_text()
@@ -239,9 +244,8 @@ def test_one_pair_per_cell_probes_per_language(tmp_path):
     """--pairs 1 leaves one pair per language × negative type, which pair-grouped folds cannot split: the
     probe phase then groups by language (4 pairs, 4 folds) and every phase still runs."""
     out = tmp_path / "workflow.json"
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--shape", "tiny", "--pairs", "1",
-                           "--languages", "de,fr,zh", "--device", "cpu", "--no-progress", "--replay-only",
-                           "--json", str(out), "--tmp", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    done = perf("workflow.py", "--shape", "tiny", "--pairs", "1", "--languages", "de,fr,zh", "--device",
+                "cpu", "--no-progress", "--replay-only", "--json", str(out), "--tmp", str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(out.read_text())
     assert report["run"]["folds"] == 4 and report["run"]["pairs_total"] == 3 * 4
@@ -250,8 +254,7 @@ def test_one_pair_per_cell_probes_per_language(tmp_path):
 
 
 def test_zero_pairs_is_refused_before_any_work():
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "workflow.py"), "--shape", "tiny", "--pairs", "0",
-                           "--device", "cpu"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = perf("workflow.py", "--shape", "tiny", "--pairs", "0", "--device", "cpu", timeout=120)
     assert done.returncode == 2 and "--pairs must be at least 1" in done.stderr
 
 
@@ -329,9 +332,8 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
     """perf/store_floor.py at a tiny size: the floor's three parts, their sum and babelprobe's own work on the
     same shard, each per pair, and the ratios, then the shard's read back against HDF5's (no timing asserted); the
     shard it wrote is gone afterwards."""
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "store_floor.py"), "--layers", "2", "--d-model", "8",
-                           "--rows", "6", "--repeat", "1", "--tmp", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT)
+    done = perf("store_floor.py", "--layers", "2", "--d-model", "8", "--rows", "6", "--repeat", "1", "--tmp",
+                str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("one shard: 6 items x 2 layers x 8, bfloat16")
@@ -347,9 +349,8 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
 def test_store_pages_writes_and_reads_a_store_with_its_pages_kept_and_dropped(tmp_path):
     """perf/store_pages.py at a tiny size: a row per round, kept and dropped in turn, with the store's write and
     read back (no timing asserted); each round's store is gone afterwards."""
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "store_pages.py"), "--layers", "2", "--d-model", "8",
-                           "--gb", "0.0003", "--rounds", "2", "--tmp", str(tmp_path)], capture_output=True, text=True,
-                          cwd=ROOT)
+    done = perf("store_pages.py", "--layers", "2", "--d-model", "8", "--gb", "0.0003", "--rounds", "2",
+                "--tmp", str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("5 shards of 0 MB (2 layers × 8, bfloat16)")
@@ -370,9 +371,8 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
                          for lang in ("en", "de") for subset in ("a", "b") for k in range(3) for side in ("good", "bad")])
     write_store(tmp_path / "acts", keys, last=rng.normal(size=(len(keys), 3, 8)), n_layers=2)
     (tmp_path / "out").mkdir()
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
-                           "--folds", "3", "--repeat", "2", "--tmp", str(tmp_path / "out")],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--folds", "3", "--repeat", "2", "--tmp",
+                str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert ": 24 items, 4 groups of 6–6 items, 3 layers × 8, 3 folds, " in lines[0]
@@ -380,35 +380,29 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     assert len(rounds) == 2 and all(len(line.split("|")) == 8 for line in rounds)
     assert lines[-1].startswith("floor/phase, median of rounds 2–2: ")
     assert list((tmp_path / "out").iterdir()) == []
-    missing = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path)],
-                             capture_output=True, text=True, cwd=ROOT)
+    missing = perf("probe_phase.py", "--acts", str(tmp_path))
     assert missing.returncode == 2 and "no activation store there" in missing.stderr
-    no_tmp = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
-                             "--tmp", str(tmp_path / "absent")], capture_output=True, text=True, cwd=ROOT)
+    no_tmp = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--tmp", str(tmp_path / "absent"))
     assert no_tmp.returncode == 2 and "--tmp" in no_tmp.stderr and "no such directory" in no_tmp.stderr
     # without a store: XCOMPS-shaped items (17 languages × 4 types × 2 pairs) with random activations
-    synthetic = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
-                                "--d-model", "4", "--folds", "2", "--repeat", "1"], capture_output=True, text=True, cwd=ROOT)
+    synthetic = perf("probe_phase.py", "--pairs", "2", "--layers", "2", "--d-model", "4", "--folds", "2",
+                     "--repeat", "1")
     assert synthetic.returncode == 0, synthetic.stderr[-2000:]
     assert synthetic.stdout.startswith("synthetic: 272 items, 68 groups of 4–4 items, 2 layers × 4, 2 folds, ")
-    both = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
-                           "--pairs", "2"], capture_output=True, text=True, cwd=ROOT)
+    both = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--pairs", "2")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
     # the first 2 languages' groups written to a bfloat16 store and probed from it, the first round profiled
-    stored = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
-                             "--d-model", "4", "--folds", "2", "--repeat", "1", "--languages", "2",
-                             "--on-disk", "bfloat16",
-                             "--profile", str(tmp_path / "trace.json.gz"), "--tmp", str(tmp_path / "out")],
-                            capture_output=True, text=True, cwd=ROOT)
+    stored = perf("probe_phase.py", "--pairs", "2", "--layers", "2", "--d-model", "4", "--folds", "2",
+                  "--repeat", "1", "--languages", "2", "--on-disk", "bfloat16", "--profile",
+                  str(tmp_path / "trace.json.gz"), "--tmp", str(tmp_path / "out"))
     assert stored.returncode == 0, stored.stderr[-2000:]
     assert "synthetic (bfloat16 store): 32 items, 8 groups of 4–4 items, 2 layers × 4, 2 folds, " in stored.stdout
     assert (tmp_path / "trace.json.gz").stat().st_size > 0 and (tmp_path / "trace.json.gz.txt").exists()
     assert list((tmp_path / "out").iterdir()) == []
-    refused = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--acts", str(tmp_path / "acts"),
-                              "--on-disk", "bfloat16"], capture_output=True, text=True, cwd=ROOT)
+    refused = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--on-disk", "bfloat16")
     assert refused.returncode == 2 and "--on-disk" in refused.stderr
-    too_many = subprocess.run([sys.executable, str(ROOT / "perf" / "probe_phase.py"), "--pairs", "2", "--layers", "2",
-                               "--d-model", "4", "--folds", "5", "--repeat", "1"], capture_output=True, text=True, cwd=ROOT)
+    too_many = perf("probe_phase.py", "--pairs", "2", "--layers", "2", "--d-model", "4", "--folds", "5",
+                    "--repeat", "1")
     assert too_many.returncode == 2 and "Traceback" not in too_many.stderr
     assert too_many.stderr.strip().splitlines() == [too_many.stderr.strip()] and "fewer than --folds 5" in too_many.stderr
 
@@ -443,9 +437,8 @@ def test_the_simulated_devices_shape_rules_agree_with_the_meta_devices():
 def test_stages_times_each_chunks_steps_on_the_simulated_device(tmp_path, scorer):
     """perf/stages.py must not rot: one scorer's run on the stand-in, each chunk's preparation, run and finishing
     timed in order, the device's seconds all charged inside the runs, and the start and the tail of the run."""
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "stages.py"), "--scorer", scorer, "--shape", "tiny",
-                           "--pairs", "2", "--languages", "de,zh", "--batch-tokens", "256", "--repeat", "1",
-                           "--tmp", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    done = perf("stages.py", "--scorer", scorer, "--shape", "tiny", "--pairs", "2", "--languages", "de,zh",
+                "--batch-tokens", "256", "--repeat", "1", "--tmp", str(tmp_path))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "chunk" not in line]
     assert [int(row[0]) for row in rows] == list(range(len(rows))) and rows
@@ -457,6 +450,5 @@ def test_stages_times_each_chunks_steps_on_the_simulated_device(tmp_path, scorer
 
 @pytest.mark.parametrize("flag", [["--batch-tokens", "0"], ["--pairs", "0"], ["--repeat", "0"], ["--tmp", "/no/such"]])
 def test_stages_refuses_bad_settings_before_any_model(flag):
-    done = subprocess.run([sys.executable, str(ROOT / "perf" / "stages.py"), *flag], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    done = perf("stages.py", *flag, timeout=60)
     assert done.returncode == 2 and flag[0] in done.stderr and "Traceback" not in done.stderr
