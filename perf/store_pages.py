@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.gb <= 0 or args.rounds < 1:
         parser.error(f"--gb {args.gb}, --rounds {args.rounds}: both must be positive")
+    if args.tmp and not Path(args.tmp).is_dir():
+        parser.error(f"--tmp {args.tmp}: no such directory")
     modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
     if not modes or set(modes) - set(MODES):
         parser.error(f"--modes {args.modes!r}: choose from {', '.join(MODES)}")

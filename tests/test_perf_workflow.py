@@ -358,6 +358,10 @@ def test_store_pages_writes_and_reads_a_store_with_its_pages_kept_and_dropped(tm
     assert [(r[0], r[1]) for r in rounds] == [("| 1", "kept"), ("| 2", "dropped")]
     assert all(len(r) == 9 and float(r[2]) == 0.0 and float(r[3]) > 0 and float(r[7]) >= 0 for r in rounds)
     assert list(tmp_path.iterdir()) == []
+    for flags, words in ((["--tmp", str(tmp_path / "absent")], "no such directory"), (["--modes", "x"], "choose from"),
+                         (["--gb", "0"], "must be positive")):
+        refused = perf("store_pages.py", *flags)
+        assert refused.returncode == 2 and words in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
