@@ -338,7 +338,7 @@ def _check_room(acts: Path, runtime: Runtime, items: pd.DataFrame, settings: Com
     model's config, before its weights load (`store.check_room`)."""
     from babelprobe.extract.run import check_store_room
 
-    check_store_room(acts, len(items), settings.new_store, runtime.info)
+    check_store_room(acts, items, settings.new_store, runtime.info)
 
 
 def _ensure_store(lm, items: pd.DataFrame, acts: Path, overwrite: bool, written: bool = False, **options) -> str:

@@ -91,8 +91,8 @@ def test_store_equals_hf_hidden_states_one_text_at_a_time(tmp_path, arch, backen
 @pytest.mark.parametrize("kept", [True, False])
 def test_a_text_that_recurs_runs_once_and_fills_each_of_its_rows(tmp_path, monkeypatch, dtype, kept):
     """XCOMPS's acceptable sentence is in the pairs of all four negative types: it runs once. Shards of 4:
-    [a b a c] and [b a d]; a and b recur in the second shard, which copies their kept rows (or, with no memory
-    for kept rows, runs them again)."""
+    [a b a c] and [b a d]; a and b recur in the second shard, whose rows point to their first rows in the store:
+    they run once, with or without memory for kept rows."""
     import babelprobe.extract.run as run_module
 
     if not kept:
@@ -109,21 +109,46 @@ def test_a_text_that_recurs_runs_once_and_fills_each_of_its_rows(tmp_path, monke
     finally:
         hook.remove()
     tokens = {text: len(lm.encode([text])[0].ids) for text in (a, b, c, d)}
-    ran = (a, b, c, d) if kept else (a, b, c, b, a, d)
+    ran = (a, b, c, d)
     assert sorted(run) == sorted(tokens[t] for t in ran)
     assert (report.items_done, report.repeats, report.real_tokens) == (7, 7 - len(ran), sum(run))
     store = open_store(tmp_path / "s")
     for pool in ("last", "mean"):
         values = store.read_layers(pool=pool)
         assert np.array_equal(values[2], values[0])  # a copy is its first's rows, bit for bit
-        if kept:
-            assert np.array_equal(values[5], values[0]) and np.array_equal(values[4], values[1])
+        assert np.array_equal(values[5], values[0]) and np.array_equal(values[4], values[1])
         if dtype == "float32":
             for row, text in enumerate(items["text"]):
                 assert_close_rel(values[row], hf_reference(lm, text)[pool == "mean"], 1e-5, f"{pool} of row {row}")
     assert store.keys["item_id"].tolist() == items["item_id"].tolist()
     assert store.keys["n_tokens"].tolist() == [tokens[t] for t in items["text"]]
+    assert store.manifest["stored_rows"] == 4 and store.value_rows.tolist() == [0, 1, 0, 3, 1, 0, 6]  # once a text
     assert verify_store(tmp_path / "s") == []
+
+
+def test_a_complete_format_1_store_is_kept_by_the_same_command(tmp_path, monkeypatch):
+    """A store made before format 2 (every row stored) is read as it is: the same extract command finds it
+    complete instead of refusing its settings or making it again."""
+    import babelprobe.extract.run as run_module
+    import babelprobe.extract.store as store_module
+    from tests.test_store import format_1
+
+    lm, items = tiny_lm("llama"), corpus_items(CORPUS[:3] + CORPUS[:2])
+    with monkeypatch.context() as old:  # as format 1 wrote it
+        old.setattr(store_module, "FORMAT_VERSION", 1)
+        old.setattr(run_module, "first_rows", lambda texts: None)
+        extract(lm, items, tmp_path / "s", shard_size=2, batch_tokens=64, progress=False)
+    format_1(tmp_path / "s")
+    before = {f.name: f.read_bytes() for f in (tmp_path / "s").iterdir()}
+    report = extract(lm, items, tmp_path / "s", shard_size=2, batch_tokens=64, progress=False)
+    assert report.shards_written == 0 and report.shards_skipped == 3
+    assert {f.name: f.read_bytes() for f in (tmp_path / "s").iterdir()} == before
+    store = open_store(tmp_path / "s")
+    assert store.manifest["format_version"] == 1 and store.value_rows.tolist() == [0, 1, 2, 3, 4]
+    for row, text in enumerate(items["text"]):
+        assert_close_rel(store.read_layers(rows=[row])[0], hf_reference(lm, text)[0], 1e-5, f"row {row}")
+    with pytest.raises(BabelprobeError, match="other settings"):  # another setting still needs --overwrite
+        extract(lm, items, tmp_path / "s", shard_size=2, batch_tokens=64, progress=False, pool="mean")
 
 
 def test_kept_rows_stay_within_their_budget_and_go_after_their_last_shard():
@@ -147,6 +172,25 @@ def test_kept_rows_stay_within_their_budget_and_go_after_their_last_shard():
     assert second.keep == {0: (0, 4)}  # room for C, not for E
     assert third.copied == {0: (0, 4), 1: (0, 1, 2)} and third.firsts == [2]  # E runs again
     assert sorted(third.gone) == [(0, 1, 2), (0, 4)] and not repeats.kept
+
+
+def test_rows_whose_text_an_earlier_shard_stores_need_nothing():
+    """In the store a row whose text an earlier shard has points there (`value_rows`): nothing runs, is kept or
+    copied for it. A different text with the same tokens (A2) holds values of its own: it takes A's kept rows."""
+    from babelprobe.extract.run import Repeats
+    from babelprobe.extract.store import first_rows
+    from babelprobe.models import Encoding
+
+    names = ["A", "B", "A", "C", "B", "E", "C", "A2", "E"]  # shards of 3: [A B A] [C B E] [C A2 E]
+    ids = {"A": [1, 2], "A2": [1, 2], "B": [3], "C": [4], "E": [5]}
+    encodings = [Encoding([0, *ids[name]], [(0, 0)] * (len(ids[name]) + 1)) for name in names]
+    repeats = Repeats(encodings, [(0, 3), (3, 6), (6, 9)], row_bytes=10, budget=20, value_rows=first_rows(names))
+    first, second, third = (repeats.shard(n) for n in range(3))
+    assert (first.firsts, first.copies, first.pointing) == ([0, 1], {0: [0, 2], 1: [1]}, 0)
+    assert first.keep == {0: (0, 1, 2)}  # A's tokens, for A2; B is only ever pointed to
+    assert (second.firsts, second.copied, second.keep, second.pointing) == ([0, 2], {}, {}, 1)  # B points
+    assert (third.firsts, third.copied, third.pointing) == ([], {1: (0, 1, 2)}, 2)  # C and E point; A2 copies
+    assert third.gone == [(0, 1, 2)] and not repeats.kept
 
 
 def test_left_padding_and_no_bos_model(tmp_path):

@@ -113,6 +113,7 @@ def test_a_text_that_an_earlier_chunk_ran_is_copied_not_run_again(tiny, tmp_path
     extract(tiny, items, tmp_path / "separate", pool="both", batch_tokens=64, progress=False)
     assert_same_store(tiny, tmp_path / "fused", tmp_path / "separate")
     store, row = open_store(tmp_path / "fused"), pd.Series(range(len(items)), index=items["item_id"])
+    assert store.manifest["stored_rows"] == items["text"].nunique() < len(items)  # a text's values stored once
     copies = items[items["pair_id"] == "copy-pair"]
     for pool in store.pools:
         for layer in store.layers:

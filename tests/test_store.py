@@ -340,3 +340,109 @@ def test_a_non_finite_row_found_on_the_device_names_item_and_layer_and_writes_no
     with pytest.raises(BabelprobeError, match="last activations of layer 4 are not finite.*'en-2'"):
         background.scattered(np.array([3, 2, 1, 0]), pooler.result_async(encode=encode))
     assert not list((tmp_path / "s").glob("*.h5")) and not list((tmp_path / "s").glob(".*.tmp"))
+
+
+# ------------------------------------------------------------------ a recurring text stored once (format 2)
+
+def pointing_store(path, texts, dtype="float32", shard_size=5, pools=("last", "mean")):
+    """A store of `texts` (one item each) written as extraction writes it: a text's first row holds its values,
+    its later rows point there. Returns the values every row has, the reference a reader must give back."""
+    from babelprobe.extract.store import StoreWriter, first_rows
+
+    n, layers, d = len(texts), 3, 2048  # 128 float32 rows a chunk: reads cross chunks and shards
+    own = activations(n, layers=layers, d=d, scale=50.0)
+    value_rows = first_rows(texts)
+    writer = StoreWriter(path, n_rows=n, layers=list(range(layers)), d_model=d, n_layers=layers - 1, pools=pools,
+                         dtype=dtype, shard_size=shard_size, value_rows=value_rows)
+    writer.prepare()
+    keys = make_keys(n)
+    for k in range(writer.n_shards):
+        start, stop = writer.shard_rows(k)
+        stored = (writer.value_rows == np.arange(n))[start:stop]
+        writer.write_shard(k, keys.iloc[start:stop], {p: own[start:stop][stored] for p in pools})
+    writer.finish()
+    values = own[value_rows]  # every row has its first row's values (numpy indexing, not the reader)
+    return torch.from_numpy(values).to(torch.bfloat16).float().numpy() if dtype == "bfloat16" else values
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_a_recurring_text_is_stored_once_and_read_at_each_of_its_rows(tmp_path, dtype):
+    """XCOMPS-like: each pair's acceptable sentence recurs in the pairs of four negative types, far apart.
+    Shards hold only their first occurrences; any rows, in any order, host or device, read every row's values."""
+    sentences = [f"good {i}" for i in range(60)]
+    texts = [t for kind in range(4) for i, good in enumerate(sentences) for t in (good, f"bad {kind} {i}")]
+    expected = pointing_store(tmp_path / "s", texts, dtype, shard_size=97)
+    if dtype == "float16":
+        expected = expected.astype(np.float16).astype(np.float32)
+    store = open_store(tmp_path / "s")
+    distinct = len(set(texts))
+    assert store.manifest["stored_rows"] == distinct == 300 and len(store) == len(texts) == 480
+    with h5py.File(tmp_path / "s" / "shard-00003.h5") as f:  # rows 291..387: good sentences all seen before
+        assert f["last"].shape == (int((f["value_row"][()] == np.arange(291, 388)).sum()), 3, 2048)
+        assert f["last"].shape[0] == 49  # its unacceptable sentences, rows 291, 293, ..., 387
+    assert sum(f.stat().st_size for f in (tmp_path / "s").glob("shard-*.h5")) < 0.7 * len(texts) * 3 * 2048 * 2 * (
+        4 if dtype == "float32" else 2)
+    subset_b = np.arange(120, 240)  # one negative type's rows: half point to the first type's
+    for rows in (None, subset_b, subset_b[::-1], np.r_[470:480, 3, 3, 130, 0:40]):
+        for layers in ([0, 1, 2], [2, 0]):
+            want = expected[slice(None) if rows is None else rows][:, layers]
+            np.testing.assert_array_equal(store.read_layers(layers, rows=rows, pool="mean"), want)
+            on_device = store.read_layers(layers, rows=rows, device=torch.device("cpu"))
+            np.testing.assert_array_equal(on_device.numpy(), expected[slice(None) if rows is None else rows][:, layers])
+    assert verify_store(tmp_path / "s") == []
+
+
+def test_a_shard_whose_texts_all_came_before_stores_no_values(tmp_path):
+    texts = ["a", "b", "c", "a", "b", "c", "d"]
+    expected = pointing_store(tmp_path / "s", texts, shard_size=3, pools=("last",))
+    with h5py.File(tmp_path / "s" / "shard-00001.h5") as f:
+        assert f["last"].shape == (0, 3, 2048) and f["value_row"][()].tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(), expected)
+    assert verify_store(tmp_path / "s") == []
+
+
+def test_verify_finds_a_changed_or_dangling_value_row(tmp_path):
+    texts = ["a", "b", "a", "c", "b", "a"]
+    pointing_store(tmp_path / "s", texts, shard_size=3, pools=("last",))
+    with h5py.File(tmp_path / "s" / "shard-00001.h5", "r+") as f:
+        f["value_row"][0] = 1  # "c" would read "b"'s values
+    assert verify_store(tmp_path / "s") == ["shard-00001.h5: value_row does not match the manifest checksum"]
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    from babelprobe.extract.store import sha256_of
+
+    manifest["shards"][1]["value_rows_sha256"] = sha256_of(np.array([1, 1, 0]))
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    with h5py.File(tmp_path / "s" / "shard-00001.h5", "r+") as f:
+        f["value_row"][...] = [1, 1, 0]  # row 3 points to row 1, which holds "b": checksum right, shape wrong
+    assert verify_store(tmp_path / "s") == [
+        "shard-00001.h5/last: shape (1, 3, 2048), expected (0, 3, 2048)"]
+    with pytest.raises(BabelprobeError, match=r"row 3 points to row 4, which does not hold values"):
+        from babelprobe.extract.store import check_value_rows
+
+        check_value_rows(np.array([0, 1, 0, 4, 4]), "store s")
+
+
+def format_1(path):
+    """A store as babelprobe wrote it before format 2: every row stored, no `value_row`, version 1 recorded."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    for record in manifest["shards"]:
+        with h5py.File(path / record["name"], "r+") as f:
+            assert (f["value_row"][()] == np.arange(*record["rows"])).all()  # written with every row stored
+            del f["value_row"]
+            f.attrs["format_version"] = 1
+        del record["value_rows_sha256"], record["stored_rows"]
+    manifest["format_version"] = manifest["settings"]["format_version"] = 1
+    del manifest["stored_rows"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_format_1_store_is_read_and_a_newer_format_refused(tmp_path):
+    keys, last = make_keys(9), activations(9)
+    write_store(tmp_path / "s", keys, last, shard_size=4)
+    format_1(tmp_path / "s")
+    np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(rows=[8, 0, 5]), last[[8, 0, 5]])
+    assert verify_store(tmp_path / "s") == []
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps({**manifest, "format_version": 3}))
+    with pytest.raises(BabelprobeError, match="format_version 3 is not one this babelprobe reads"):
+        open_store(tmp_path / "s")

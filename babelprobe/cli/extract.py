@@ -119,7 +119,7 @@ def run_extract(args) -> int:
     if not args.remote:  # the layers and the store's room by the model's config (a remote one's: once read)
         info = runtime_from(args).info
         check_extract(info.n_layers, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
-        check_store_room(args.out, len(items), settings, info, args.compression)
+        check_store_room(args.out, items, settings, info, args.compression)
     lm = placed_model(args, local_device())
     check_extract(lm, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
     source = {"source": args.items, "languages": args.languages, "subsets": args.subsets, "limit": args.limit,

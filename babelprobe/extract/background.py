@@ -8,6 +8,8 @@ a later shard has too are kept (`rows(..., keep)`), copied into that shard (`cop
 after it has the text (`forget`), as `run.Repeats` plans. A fused pass (`fused.py`) sends rows of any shards
 instead (`scattered`, `scattered_copies`: a shard is written once all its rows have come), keeping rows the same
 way.
+A shard's arrays hold only its rows that hold values (`StoreWriter.slot`: a row whose text an earlier row has
+points to it and is not stored), so a row's place is its slot, and a pointing row's values are dropped.
 The writer thread fills the shard's arrays as the copies complete (as the store keeps them: a float32 or
 bfloat16 store's rows come encoded and checked from where they were pooled, `device_encoding`, so the host
 neither converts nor scans them) and, at `end`, hands the shard to one of
@@ -207,14 +209,18 @@ class BackgroundWriter:
                 store_rows = self.span[0] + np.asarray(rows)
                 taken = np.arange(len(rows)) if source is None else np.asarray(source)
                 values = self._take(pooled, store_rows, taken)
+                slots = self.writer.slot[store_rows]
                 for pool, block in values.items():
-                    self.arrays[pool][rows] = block if source is None else block[taken]
+                    if source is None and (slots >= 0).all():
+                        self.arrays[pool][slots] = block
+                    else:
+                        self._place(self.arrays[pool], slots, lambda k, block=block: block[taken[k]])
                 self._keep(values, keep)
             elif kind == "copied":
                 _, rows, keys = message
+                slots = self.writer.slot[self.span[0] + np.asarray(rows, dtype=np.int64)]
                 for pool, target in self.arrays.items():
-                    for row, key in zip(rows, keys):
-                        target[row] = self.kept[key][pool]
+                    self._place(target, slots, lambda k, pool=pool: self.kept[keys[k]][pool])
             elif kind == "forget":
                 for key in message[1]:
                     del self.kept[key]
@@ -238,9 +244,19 @@ class BackgroundWriter:
         for j, key in (keep or {}).items():
             self.kept[key] = {pool: block[j].copy() for pool, block in values.items()}
 
+    @staticmethod
+    def _place(target: np.ndarray, slots: np.ndarray, row_of, at=None) -> None:
+        """Row `row_of(k)` into `target[slots[k]]` for each k of `at` (default: all) whose row holds values (a
+        row pointing to an earlier row with its text has slot -1: nothing stored). Row by row: no batch-sized
+        temporary (fresh pages) per batch."""
+        for k in range(len(slots)) if at is None else at:
+            if slots[k] >= 0:
+                target[slots[k]] = row_of(k)
+
     def _scatter(self, rows: np.ndarray, row_of) -> None:
         """Store rows `rows` of any shards, the k-th from `row_of(pool, k)`; a shard they complete is written."""
         shards = rows // self.writer.shard_size
+        slots = self.writer.slot[rows]
         for index in np.unique(shards).tolist():
             span = self.writer.shard_rows(index)
             if index not in self.open:
@@ -248,8 +264,7 @@ class BackgroundWriter:
             arrays, missing = self.open[index]
             at = np.flatnonzero(shards == index).tolist()
             for pool, target in arrays.items():
-                for k in at:  # row by row: no batch-sized temporary (fresh pages) per batch
-                    target[rows[k] - span[0]] = row_of(pool, k)
+                self._place(target, slots, lambda k, pool=pool: row_of(pool, k), at)
             missing -= len(at)
             self.open[index] = (arrays, missing)
             if missing == 0:
@@ -276,7 +291,7 @@ class BackgroundWriter:
     def _arrays(self, span: tuple[int, int]) -> dict[str, np.ndarray]:
         """The arrays a shard is assembled in (float32, or as stored when the rows come encoded): a written
         shard's when their shape fits, else new."""
-        shape = (span[1] - span[0], *self.shape)
+        shape = (int((self.writer.slot[span[0]:span[1]] >= 0).sum()), *self.shape)  # the rows that hold values
         with self.lock:
             for k, arrays in enumerate(self.spare):
                 if next(iter(arrays.values())).shape == shape:

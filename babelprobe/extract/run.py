@@ -40,7 +40,7 @@ from babelprobe.extract.capture import Pooler
 from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
-from babelprobe.extract.store import POOLS, StoreWriter, check_room, ensure_dir, store_lock
+from babelprobe.extract.store import POOLS, StoreWriter, check_room, ensure_dir, first_rows, store_lock
 from babelprobe.models import length_batches, pad_batch, pass_tokens, sync_free_attention
 from babelprobe.pipeline import frozen_heap
 from babelprobe.runtime import Runtime, runner
@@ -70,6 +70,7 @@ class ExtractReport:
     path: Path
     n_items: int
     n_shards: int
+    stored_rows: int = 0  # rows holding values: one per distinct text (the others point to them)
     shards_written: int = 0
     shards_skipped: int = 0
     items_done: int = 0
@@ -116,7 +117,8 @@ class ExtractReport:
             busy = (f"\n{what}-busy fraction {self.busy_fraction:.1%} ({self.forward_seconds:.1f} s in forward "
                     f"passes on {self.device}); waited {self.writer_wait_seconds + self.drain_seconds:.1f} s "
                     "on the background writer")
-        return (f"{done}{busy}\nstore {self.path}: {self.n_items} items in {self.n_shards} shards "
+        distinct = f" ({self.stored_rows} distinct texts stored)" if self.stored_rows < self.n_items else ""
+        return (f"{done}{busy}\nstore {self.path}: {self.n_items} items{distinct} in {self.n_shards} shards "
                 f"({self.shards_written} written{skipped}), backend {self.backend}")
 
 
@@ -168,7 +170,7 @@ def extract(items: pd.DataFrame, out: str | Path, settings: ExtractSettings | No
     from babelprobe.items import validate
 
     items = validate(items.copy(), "items given to extract")  # schema, unique ids, non-empty texts
-    check_store_room(out, len(items), settings, runtime.info, compression)  # before the weights load
+    check_store_room(out, items, settings, runtime.info, compression)  # before the weights load
     lm = runtime.lm
     layers, pools = parse_layers(settings.layers, lm.n_layers), parse_pools(settings.pool)
     backend = settings.backend
@@ -203,10 +205,10 @@ def check_extract(lm, settings: ExtractSettings, *, batch_tokens: int = 8192, sh
     parse_layers(settings.layers, lm if isinstance(lm, int) else lm.n_layers)
 
 
-def check_store_room(out, n_items: int, settings: ExtractSettings, lm, compression: str = "none") -> None:
-    """The store of `n_items` items fits the disk at `out` (`store.check_room`; `lm`: a `LoadedModel` or the
-    `ModelInfo` read from its files, so that this runs before the weights load)."""
-    check_room(Path(out), n_items, len(parse_layers(settings.layers, lm.n_layers)), lm.d_model,
+def check_store_room(out, items: pd.DataFrame, settings: ExtractSettings, lm, compression: str = "none") -> None:
+    """The store of `items` (a row of values per distinct text) fits the disk at `out` (`store.check_room`;
+    `lm`: a `LoadedModel` or the `ModelInfo` read from its files, so that this runs before the weights load)."""
+    check_room(Path(out), items["text"].nunique(), len(parse_layers(settings.layers, lm.n_layers)), lm.d_model,
                parse_pools(settings.pool), settings.dtype, compression)
 
 
@@ -227,7 +229,7 @@ def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_si
     return StoreWriter(
         out, n_rows=len(items), layers=layers, d_model=lm.d_model, n_layers=lm.n_layers, pools=pools,
         dtype=dtype, shard_size=shard_size, on_overflow=on_overflow, compression=compression,
-        settings=settings,
+        settings=settings, value_rows=first_rows(items["text"].tolist()),
         provenance={"model": model, "items": item_info, "bos_policy": lm.bos_policy,
                     "backend": {"name": backend, **({"remote": remote} if remote else {})},
                     "pooling": {p: (MEAN_POOLING if p == "mean" else LAST_POOLING) for p in pools},
@@ -237,7 +239,8 @@ def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_si
 
 def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, layers, batch_tokens,
          padding_side, overwrite, progress, remote=False) -> ExtractReport:
-    report = ExtractReport(path=writer.path, n_items=writer.n_rows, n_shards=writer.n_shards, backend=backend_name)
+    report = ExtractReport(path=writer.path, n_items=writer.n_rows, n_shards=writer.n_shards, backend=backend_name,
+                           stored_rows=int((writer.slot >= 0).sum()))
     lock = store_lock(writer.path)
     held, todo, error = False, None, None
     if world.is_main:
@@ -309,7 +312,8 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                                       update_manifest=world.size == 1, threaded=remote != "local")
         runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock, background.encoding)
         try:
-            repeats = Repeats(encodings, [writer.shard_rows(k) for k in shards], background.row_bytes)
+            repeats = Repeats(encodings, [writer.shard_rows(k) for k in shards], background.row_bytes,
+                              value_rows=writer.value_rows)
             for n, k in enumerate(shards):
                 r0, r1 = writer.shard_rows(k)
                 shard_encodings = encodings[r0:r1]
@@ -318,9 +322,9 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                 if plan.copied:
                     background.copied(list(plan.copied), list(plan.copied.values()))
                 background.forget(plan.gone)
-                stats["items_done"] += len(plan.copied)
+                stats["items_done"] += len(plan.copied) + plan.pointing
                 stats["repeats"] += (r1 - r0) - len(plan.firsts)
-                bar.update(len(plan.copied))
+                bar.update(len(plan.copied) + plan.pointing)
                 for batch in length_batches([len(shard_encodings[i].ids) for i in plan.firsts], batch_tokens, cost):
                     for rows, pooled in runner.run([plan.firsts[j] for j in batch], shard_encodings):
                         into = [row for first in rows for row in plan.copies[first]]
@@ -350,12 +354,12 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
     return stats
 
 
-def repeated_texts(keys: list) -> tuple[list[int], dict[int, list[int]]]:
-    """The first row of each distinct key (a text's tokens) among a shard's rows, and for each first row every
-    row with its key (itself included)."""
+def repeated_texts(keys: dict) -> tuple[list[int], dict[int, list[int]]]:
+    """The first row of each distinct key (a text's tokens) among a shard's rows ({row: key}), and for each first
+    row every row with its key (itself included)."""
     first: dict = {}
     copies: dict[int, list[int]] = {}
-    for row, key in enumerate(keys):
+    for row, key in keys.items():
         copies.setdefault(first.setdefault(key, row), []).append(row)
     return list(first.values()), copies
 
@@ -364,13 +368,15 @@ def repeated_texts(keys: list) -> tuple[list[int], dict[int, list[int]]]:
 class ShardPlan:
     """One shard's rows (numbered within it): `firsts` to run, each first's `copies` (rows with its tokens,
     itself included), the rows `copied` from a kept earlier shard's text (row -> key), and the run texts to
-    `keep` for later shards (first row -> key); the kept texts no later shard has are `gone` once copied."""
+    `keep` for later shards (first row -> key); the kept texts no later shard has are `gone` once copied. The
+    `pointing` rows need nothing: their text's values are stored in an earlier shard, where they point."""
 
     firsts: list[int]
     copies: dict[int, list[int]]
     copied: dict[int, tuple]
     gone: list[tuple]
     keep: dict[int, tuple]
+    pointing: int = 0
 
 
 class KeptTexts:
@@ -406,22 +412,27 @@ class KeptTexts:
 class Repeats:
     """Which texts a process's shards run and which they copy. The same tokens give the same states, so a text
     that recurs (XCOMPS's acceptable sentence, once in each of its four negative types' pairs: 37.5% of the
-    items) runs once: within a shard its pooled rows fill each of its rows; for a later shard the background
-    writer keeps them from the shard that ran it until the last shard that has it (`KeptTexts`)."""
+    items) runs once: within a shard its pooled rows fill each of its rows. A row whose text an earlier shard
+    has (`value_rows`, the store's) points to that shard's row and needs nothing; other rows whose tokens an
+    earlier shard ran (another text, the same tokens) take the rows the background writer kept from it until the
+    last shard that has them (`KeptTexts`)."""
 
-    def __init__(self, encodings, spans: list[tuple[int, int]], row_bytes: int, budget: int | None = None):
-        self.keys = [[tuple(encodings[row].ids) for row in range(r0, r1)] for r0, r1 in spans]
-        self.kept = KeptTexts((key for keys in self.keys for key in keys), row_bytes, budget)
+    def __init__(self, encodings, spans: list[tuple[int, int]], row_bytes: int, budget: int | None = None,
+                 value_rows=None):
+        self.keys = [{row - r0: tuple(encodings[row].ids) for row in range(r0, r1)
+                      if value_rows is None or value_rows[row] >= r0} for r0, r1 in spans]
+        self.sizes = [r1 - r0 for r0, r1 in spans]
+        self.kept = KeptTexts((key for keys in self.keys for key in keys.values()), row_bytes, budget)
 
     def shard(self, n: int) -> ShardPlan:
         """The n-th shard's plan; kept texts that no later shard has are let go once copied (`ShardPlan.gone`)."""
         keys = self.keys[n]
         firsts, copies = repeated_texts(keys)
-        earlier, keep, gone = self.kept.plan(keys)
+        earlier, keep, gone = self.kept.plan(keys.values())
         copied = {row: keys[first] for first in firsts if keys[first] in earlier for row in copies[first]}
         firsts = [first for first in firsts if keys[first] not in earlier]
         return ShardPlan(firsts, {first: copies[first] for first in firsts}, copied, gone,
-                         {first: keys[first] for first in firsts if keys[first] in keep})
+                         {first: keys[first] for first in firsts if keys[first] in keep}, self.sizes[n] - len(keys))
 
 
 class ForwardClock:

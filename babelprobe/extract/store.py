@@ -8,6 +8,9 @@ is readable with plain h5py:
                    float32, float16, or bfloat16 stored as its raw upper 16 bits in uint16;
                    attribute `sha256` is the sha256 of the stored bytes (C order); attribute `layers`
     item_id, pair_id, language, subset   UTF-8 strings;   label  int8;   n_tokens  int32
+    value_row      int64 per row: the store row whose values the row has (format 2). A text that recurs is
+                   stored once: a row whose text an earlier row has points to that row (the first with the
+                   text) and has no values in `last`/`mean`, which hold the shard's other rows, in order.
 
 Arrays are chunked as (about 1 MiB of rows) x 1 layer x d_model, so reading one layer of a shard is a
 few large reads. A shard is written to a hidden temporary name, flushed, fsynced and renamed, so a
@@ -35,7 +38,8 @@ from babelprobe.errors import BabelprobeError
 from babelprobe.tables import atomic_path
 
 FORMAT = "babelprobe-activations"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: a recurring text's rows point to its first row (`value_row`); 1: every row stored
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 LOCK = ".babelprobe.lock"
 POOLS = ("last", "mean")
@@ -192,6 +196,25 @@ def not_finite(pool: str, layer: int, item_id: str) -> BabelprobeError:
                            "float32) or check the model")
 
 
+def first_rows(texts) -> np.ndarray:
+    """For each row, the first row with the same text (itself for a text's first row): the `value_row` of a store
+    whose rows hold these texts' states, where a recurring text is stored once."""
+    first: dict = {}
+    return np.array([first.setdefault(text, row) for row, text in enumerate(texts)], dtype=np.int64)
+
+
+def check_value_rows(value_rows: np.ndarray, where: str) -> None:
+    """A row points to itself or to an earlier row that points to itself (the one holding the values)."""
+    rows = np.arange(len(value_rows))
+    bad = (value_rows < 0) | (value_rows > rows)
+    if not bad.any():
+        bad = value_rows[value_rows] != value_rows
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise BabelprobeError(f"{where}: row {row} points to row {int(value_rows[row])}, which does not hold values "
+                              "(a row points to itself or to an earlier row that holds its values)")
+
+
 def sha256_of(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).data).hexdigest()
 
@@ -230,6 +253,9 @@ def read_manifest(path: Path) -> dict:
                               "re-run the extract command with --overwrite") from err
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BabelprobeError(f"{file}: not a babelprobe activation manifest (format field missing or wrong)")
+    if manifest.get("format_version", 1) not in READABLE_VERSIONS:
+        raise BabelprobeError(f"{file}: format_version {manifest.get('format_version')!r} is not one this babelprobe "
+                              f"reads ({', '.join(map(str, READABLE_VERSIONS))}); update babelprobe")
     for field in ("layers", "pools", "d_model", "n_rows", "shard_size", "shards", "dtype"):
         if field not in manifest:
             raise BabelprobeError(f"{file}: manifest lacks field {field!r}; re-run extract with --overwrite")
@@ -254,7 +280,7 @@ class StoreWriter:
     def __init__(self, path: str | Path, *, n_rows: int, layers: list[int], d_model: int, n_layers: int,
                  pools: tuple[str, ...], dtype: str = "float32", shard_size: int | None = None,
                  on_overflow: str = "error", compression: str = "none", settings: dict | None = None,
-                 provenance: dict | None = None):
+                 provenance: dict | None = None, value_rows: np.ndarray | None = None):
         if n_rows <= 0:
             raise BabelprobeError("nothing to store: the item set is empty")
         bad = [p for p in pools if p not in POOLS]
@@ -278,6 +304,17 @@ class StoreWriter:
         self.settings_hash = settings_hash(self.settings)
         self.provenance = provenance or {}
         self.already_complete = False
+        # the row whose values each row has (`first_rows` of the items' texts; default: every row its own). It
+        # follows from the items, which the settings hash covers, so every process and every resume agrees on it.
+        rows = np.arange(n_rows, dtype=np.int64)
+        self.value_rows = rows if value_rows is None else np.asarray(value_rows, dtype=np.int64)
+        if self.value_rows.shape != (n_rows,):
+            raise ValueError(f"value_rows has shape {self.value_rows.shape}, expected ({n_rows},)")
+        check_value_rows(self.value_rows, f"store {self.path}")
+        own = self.value_rows == rows
+        # each row's place in its shard's `last`/`mean` (-1: a row pointing to an earlier one, nothing stored)
+        before = np.cumsum(own) - own
+        self.slot = np.where(own, before - before[rows // self.shard_size * self.shard_size], -1)
 
     # -- layout
     @property
@@ -287,6 +324,11 @@ class StoreWriter:
     def shard_rows(self, index: int) -> tuple[int, int]:
         return index * self.shard_size, min(self.n_rows, (index + 1) * self.shard_size)
 
+    def stored_rows(self, index: int) -> int:
+        """Rows of shard `index` that hold values (the others point to an earlier row with the same text)."""
+        start, stop = self.shard_rows(index)
+        return int((self.slot[start:stop] >= 0).sum())
+
     def base_manifest(self) -> dict:
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "complete": False,
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -295,7 +337,7 @@ class StoreWriter:
                 "layers": self.layers, "layer_names": [layer_name(i, self.n_layers) for i in self.layers],
                 "n_layers": self.n_layers, "d_model": self.d_model, "n_rows": self.n_rows,
                 "shard_size": self.shard_size, "n_shards": self.n_shards, "compression": self.compression,
-                "libraries": library_versions(), "shards": []}
+                "stored_rows": int((self.slot >= 0).sum()), "libraries": library_versions(), "shards": []}
 
     # -- lifecycle
     def prepare(self, overwrite: bool = False) -> list[int]:
@@ -305,6 +347,9 @@ class StoreWriter:
             leftover.unlink(missing_ok=True)  # partial shards of a killed run
         existing, shards = self.path / MANIFEST, sorted(self.path.glob("shard-*.h5"))
         has_manifest = existing.exists()
+        if has_manifest and not overwrite and self._complete_in_older_format(existing):
+            self.already_complete = True  # readable as it is: kept, not made again
+            return []
         if has_manifest and not overwrite:
             self._check_same(existing)
         elif shards and not overwrite:
@@ -314,7 +359,7 @@ class StoreWriter:
         todo = [k for k in range(self.n_shards) if replace or not self.shard_is_done(k)]
         # the room is checked before an overwrite removes anything: a store refused is a store kept
         replaced = {f.name for f in shards} if replace else {shard_name(k) for k in todo}
-        check_room(self.path, sum(stop - start for start, stop in map(self.shard_rows, todo)), len(self.layers),
+        check_room(self.path, sum(map(self.stored_rows, todo)), len(self.layers),
                    self.d_model, self.pools, self.dtype, self.compression,
                    freed=sum(f.stat().st_size for f in shards if f.name in replaced))
         if replace:
@@ -339,6 +384,19 @@ class StoreWriter:
         raise BabelprobeError(f"{self.path} holds a store made with other settings (different: "
                               f"{', '.join(diff) or 'unknown'}); pass --overwrite to replace it or choose another --out")
 
+    def _complete_in_older_format(self, existing: Path) -> bool:
+        """A complete store of an older format version with these settings otherwise (format 1: every row
+        stored, recurring texts included), which this version reads."""
+        try:
+            old = json.loads(existing.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        settings = dict(old.get("settings") or {})
+        version = settings.pop("format_version", None)
+        ours = {k: v for k, v in self.settings.items() if k != "format_version"}
+        return (bool(old.get("complete")) and version in READABLE_VERSIONS and version < FORMAT_VERSION
+                and settings == json.loads(json.dumps(ours, default=str)))
+
     def remove_store_files(self) -> None:
         """Delete only what a store consists of (never other files in the directory)."""
         for file in [*self.path.glob("shard-*.h5"), *self.path.glob(".shard-*.tmp"), self.path / MANIFEST]:
@@ -361,27 +419,30 @@ class StoreWriter:
 
     def write_shard(self, index: int, keys: pd.DataFrame, arrays: dict[str, np.ndarray],
                     encoded: bool = False) -> dict:
-        """Write shard `index` (keys and float32 arrays [rows, layers, d]) atomically; return its record.
-        `encoded`: the arrays are already in the store's dtype and checked finite (`capture.Pooler.result_async`
-        with `encode=self.dtype`), as they are stored."""
+        """Write shard `index` (the keys of its rows, and float32 arrays [stored rows, layers, d] of the rows that
+        hold values: all, or those `slot` places) atomically; return its record. `encoded`: the arrays are
+        already in the store's dtype and checked finite (`capture.Pooler.result_async` with
+        `encode=self.dtype`), as they are stored."""
         start, stop = self.shard_rows(index)
         keys = normalise_keys(keys)
         if len(keys) != stop - start:
             raise ValueError(f"shard {index} needs {stop - start} rows, got {len(keys)}")
         final = self.path / shard_name(index)
         tmp = self.path / f".{final.name}.{os.getpid()}.tmp"
-        record = {"name": final.name, "rows": [start, stop], "dtype": {}, "sha256": {},
-                  "keys_sha256": keys_sha256(keys)}
+        value_rows = self.value_rows[start:stop]
+        record = {"name": final.name, "rows": [start, stop], "stored_rows": self.stored_rows(index), "dtype": {},
+                  "sha256": {}, "keys_sha256": keys_sha256(keys), "value_rows_sha256": sha256_of(value_rows)}
+        stored_keys = keys[self.slot[start:stop] >= 0].reset_index(drop=True)  # who a stored row is (errors)
         stored = {}
         for pool in self.pools:
             values = arrays[pool]
-            expected = (stop - start, len(self.layers), self.d_model)
+            expected = (record["stored_rows"], len(self.layers), self.d_model)
             if tuple(values.shape) != expected:
                 raise BabelprobeError(f"{pool} array of shard {index} has shape {tuple(values.shape)}, "
                                       f"expected {expected}")
             if encoded and values.dtype != storage_dtype(self.dtype):
                 raise ValueError(f"{pool} array of shard {index} is {values.dtype}, not {self.dtype} as stored")
-            dtype = self.dtype if encoded else check_values(values, self.layers, pool, keys, self.dtype,
+            dtype = self.dtype if encoded else check_values(values, self.layers, pool, stored_keys, self.dtype,
                                                             self.on_overflow)
             stored[pool] = values if encoded else encode_array(values, dtype)
             record["dtype"][pool] = dtype
@@ -414,9 +475,11 @@ class StoreWriter:
                 f.create_dataset(column, data=keys[column].to_numpy(dtype=object), dtype=h5py.string_dtype("utf-8"))
             f.create_dataset("label", data=keys["label"].to_numpy())
             f.create_dataset("n_tokens", data=keys["n_tokens"].to_numpy())
+            f.create_dataset("value_row", data=self.value_rows[slice(*record["rows"])])
             for pool, data in stored.items():
+                empty = {"maxshape": (None, *data.shape[1:])} if not len(data) else {}  # no chunk fits 0 rows
                 ds = f.create_dataset(pool, shape=data.shape, dtype=data.dtype, chunks=self._chunks(data),
-                                      **self._filters())
+                                      **empty, **self._filters())
                 ds[...] = data
                 ds.attrs.update({"dtype": record["dtype"][pool], "sha256": record["sha256"][pool],
                                  "layers": np.asarray(self.layers, dtype=np.int32)})
@@ -429,9 +492,10 @@ class StoreWriter:
         with h5py.File(self.path / shard_name(index), "r") as f:
             keys = _keys_of(f)
             return {"name": shard_name(index), "rows": [int(x) for x in f.attrs["rows"]],
+                    "stored_rows": int(f[self.pools[0]].shape[0]),
                     "dtype": {p: str(f[p].attrs["dtype"]) for p in self.pools},
                     "sha256": {p: str(f[p].attrs["sha256"]) for p in self.pools},
-                    "keys_sha256": keys_sha256(keys)}
+                    "keys_sha256": keys_sha256(keys), "value_rows_sha256": sha256_of(f["value_row"][()])}
 
     def update_manifest(self, records: list[dict], complete: bool, extra: dict | None = None) -> dict:
         manifest = self.base_manifest()
@@ -462,7 +526,8 @@ class StoreWriter:
 
 def check_room(path: Path, rows: int, n_layers: int, d_model: int, pools, dtype: str, compression: str = "none",
                freed: int | None = None) -> None:
-    """Refuse, before the work, a store the disk cannot hold: the stored values of `rows` rows (their files'
+    """Refuse, before the work, a store the disk cannot hold: the stored values of `rows` rows (those holding
+    values: one per distinct text in an extraction's store; their files'
     least size: keys, attributes and HDF5's layout come on top, and float16 values beyond its range may be
     stored wider) against the free space of the disk that holds `path` plus the `freed` bytes of files they
     replace (default: every shard file already at `path`, as an overwrite removes them and a resumed store's
@@ -685,6 +750,26 @@ class Store:
                 if bad:
                     raise BabelprobeError(f"{where} holds {bad} NaN/inf values; re-extract in float32")
 
+    @cached_property
+    def value_rows(self) -> np.ndarray:
+        """int64 [n_rows]: the row whose values each row has (itself, or the first row with its text; a format-1
+        shard stores every row)."""
+        parts = [self._file(k)["value_row"][()] if "value_row" in self._file(k)
+                 else np.arange(start, stop, dtype=np.int64)
+                 for k, (start, stop) in enumerate(zip(self._starts.tolist(), self._stops.tolist()))]
+        value_rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        check_value_rows(value_rows, f"activation store {self.path}")
+        return value_rows
+
+    @cached_property
+    def _slots(self) -> np.ndarray:
+        """Each row's place in its shard's arrays (-1: the row points to an earlier one)."""
+        rows = np.arange(self.n_rows)
+        own = self.value_rows == rows
+        before = np.cumsum(own) - own
+        starts = self._starts[np.searchsorted(self._stops, rows, side="right")]
+        return np.where(own, before - before[starts], -1)
+
     def check_files(self) -> None:
         """Every shard opens as HDF5 (a truncated or missing shard is refused here, without reading an array)."""
         for k in range(len(self._names)):
@@ -731,10 +816,12 @@ class Store:
         rows = self._rows(rows)
         shape = (len(rows), len(layers), self.d_model)
         out = np.empty(shape, dtype=np.float32) if device is None else _torch().empty(shape, device=device)
-        shard_of = np.searchsorted(self._stops, rows, side="right")
+        stored = self.value_rows[rows]  # a recurring text's rows read its first row
+        shard_of = np.searchsorted(self._stops, stored, side="right")
         for k in np.unique(shard_of):
             where = np.flatnonzero(shard_of == k)
-            self._read_shard(int(k), rows[where] - self._starts[k], where, columns, pool, out)
+            where = where[np.argsort(stored[where], kind="stable")]  # in the shard's order: runs of stored rows
+            self._read_shard(int(k), self._slots[stored[where]], where, columns, pool, out)
         return out
 
     def _read_shard(self, k: int, local: np.ndarray, where: np.ndarray, columns: list[int], pool: str,
@@ -750,6 +837,10 @@ class Store:
             span = _span(columns)
             pinned = not isinstance(out, np.ndarray) and out.device.type == "cuda"
             for start, stop, at in runs:
+                if not isinstance(at, int):  # rows consecutive in the shard, not in the answer
+                    _scatter_to(_read_staged(ds, slice(start, stop), span, pinned) if span is not None else
+                                np.stack([ds[start:stop, c, :] for c in columns], axis=1), dtype, out, at)
+                    continue
                 target = out[at:at + stop - start]
                 if span is not None and dtype == "float32" and isinstance(out, np.ndarray):
                     ds.read_direct(target, np.s_[start:stop, span, :])  # no decoding: straight into the answer
@@ -834,15 +925,29 @@ def _runs(ids: np.ndarray, max_len: int):
         yield start, prev
 
 
-def _consecutive(local: np.ndarray, where: np.ndarray, chunk_rows: int) -> list[tuple[int, int, int]]:
-    """(start, stop, first position in the answer) of each run of rows that are consecutive both in the
-    shard and in the answer, cut where a chunk of rows ends."""
+def _consecutive(local: np.ndarray, where: np.ndarray, chunk_rows: int) -> list[tuple[int, int, object]]:
+    """(start, stop, place in the answer) of each run of rows consecutive in the shard, cut where a chunk of rows
+    ends: the place is the run's first position when the run is consecutive in the answer too, else the
+    positions of its rows (an array)."""
     if not len(local):
         return []
-    breaks = (np.diff(local) != 1) | (np.diff(where) != 1) | (local[1:] % chunk_rows == 0)
+    breaks = (np.diff(local) != 1) | (local[1:] % chunk_rows == 0)
     firsts = np.concatenate([[0], np.flatnonzero(breaks) + 1])
     lasts = np.concatenate([firsts[1:], [len(local)]]) - 1
-    return [(int(local[a]), int(local[b]) + 1, int(where[a])) for a, b in zip(firsts, lasts, strict=True)]
+    return [(int(local[a]), int(local[b]) + 1,
+             int(where[a]) if int(where[b]) - int(where[a]) == b - a and (np.diff(where[a:b + 1]) == 1).all()
+             else where[a:b + 1]) for a, b in zip(firsts, lasts, strict=True)]
+
+
+def _scatter_to(stored: np.ndarray, dtype: str, out, at: np.ndarray) -> None:
+    """Stored rows decoded into rows `at` of `out` (numpy, or a torch tensor on its device)."""
+    if isinstance(out, np.ndarray):
+        out[at] = decode_array(stored, dtype)
+        return
+    torch = _torch()
+    source = torch.from_numpy(stored.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else \
+        torch.from_numpy(stored)
+    out[torch.from_numpy(at).to(out.device)] = source.to(out.device).to(out.dtype)
 
 
 def _span(columns: list[int]):
@@ -880,6 +985,7 @@ def verify_store(path: str | Path) -> list[str]:
     if manifest.get("complete") and len(manifest["shards"]) != n_shards:
         problems.append(f"manifest: lists {len(manifest['shards'])} shards, expected {n_shards}")
     seen_ids: set[str] = set()
+    value_rows: list[np.ndarray] = []
     for record in manifest["shards"]:
         name = record["name"]
         names.add(name)
@@ -893,17 +999,40 @@ def verify_store(path: str | Path) -> list[str]:
             continue
         try:
             with h5py.File(file, "r") as f:
-                problems += _verify_shard(f, name, record, stop - start, layers, d_model, pools, seen_ids)
+                pointers = _verify_value_rows(f, name, record, start, stop)
+                problems += pointers[1]
+                # the rows that hold values (not known when value_row is wrong: that problem is the one reported)
+                stored = (None if pointers[1] else stop - start if pointers[0] is None
+                          else int((pointers[0] == np.arange(start, stop)).sum()))
+                problems += _verify_shard(f, name, record, stop - start, stored, layers, d_model, pools, seen_ids)
+                value_rows.append(np.arange(start, stop) if pointers[0] is None else pointers[0])
         except OSError as err:
             problems.append(f"{name}: unreadable HDF5 file ({err})")
     if manifest.get("complete") and expected_rows != manifest["n_rows"]:
         problems.append(f"manifest: shards cover {expected_rows} rows, manifest says n_rows={manifest['n_rows']}")
+    if not problems and value_rows:
+        try:
+            check_value_rows(np.concatenate(value_rows), "value_row")
+        except BabelprobeError as err:
+            problems.append(str(err))
     for extra in sorted(p.name for p in path.glob("shard-*.h5") if p.name not in names):
         problems.append(f"{extra}: shard file not listed in the manifest")
     return problems
 
 
-def _verify_shard(f, name, record, n, layers, d_model, pools, seen_ids) -> list[str]:
+def _verify_value_rows(f, name, record, start, stop) -> tuple[np.ndarray | None, list[str]]:
+    """A shard's `value_row` (None in a format-1 shard: every row stored) and its problems."""
+    if "value_row" not in f:
+        return None, ([f"{name}: dataset 'value_row' missing"] if "value_rows_sha256" in record else [])
+    value_rows = f["value_row"][()]
+    if value_rows.shape != (stop - start,):
+        return None, [f"{name}: dataset 'value_row' has shape {value_rows.shape}, expected ({stop - start},)"]
+    if sha256_of(value_rows.astype(np.int64)) != record.get("value_rows_sha256"):
+        return None, [f"{name}: value_row does not match the manifest checksum"]
+    return value_rows.astype(np.int64), []
+
+
+def _verify_shard(f, name, record, n, stored, layers, d_model, pools, seen_ids) -> list[str]:
     problems = []
     for column in KEY_COLUMNS:
         if column not in f:
@@ -923,8 +1052,9 @@ def _verify_shard(f, name, record, n, layers, d_model, pools, seen_ids) -> list[
             problems.append(f"{name}: dataset {pool!r} missing")
             continue
         ds = f[pool]
-        if ds.shape != (n, len(layers), d_model):
-            problems.append(f"{name}/{pool}: shape {ds.shape}, expected {(n, len(layers), d_model)}")
+        expected = (ds.shape[0] if stored is None else stored, len(layers), d_model)
+        if ds.shape != expected:
+            problems.append(f"{name}/{pool}: shape {ds.shape}, expected {expected}")
             continue
         dtype = str(ds.attrs.get("dtype", ""))
         if dtype not in DTYPES or ds.dtype != storage_dtype(dtype):
