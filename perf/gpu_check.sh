@@ -36,7 +36,8 @@
 #   run     P  perf/workflow.py --pairs 30 (2,040 pairs), the meta phase under torch's profiler: a Chrome
 #              trace (gzipped) and the operators' totals (where the GPU waits; meta was busy 49%)     ~1 min
 #           C  perf/workflow.py --pairs quarter (61,064 pairs, a quarter of XCOMPS, the acceptance's size),
-#              bfloat16 store (33 GB of the 64 GiB disk), no measured floors, end-to-end time, MFU, GPU busy
+#              bfloat16 store (18.7 GB since a text is stored once; 33 GB before), no measured floors, end-to-end
+#              time, MFU, GPU busy
 #              (9,180 pairs took 76 s: ~8 min at that rate)               (limit: the rest of 585 s)
 #   floors  A  perf/workflow.py --pairs 135 (9,180 pairs), every floor (replay; bare forward at 5 budgets on
 #              100k-token samples; arithmetic), MFU, GPU busy                          ~3 min (limit 240 s)
@@ -204,6 +205,11 @@ pages)
     mkdir -p "$WORK"
     timeout 240 $PY perf/store_pages.py --gb 12 --modes kept,dropped,unsynced --rounds 6 --tmp "$WORK" 2>&1 \
         | tee "$OUT/store-pages.txt"
+    rm -rf "${WORK:?}"/*
+    # a probe group's reads when a text is stored once (half its rows in another group's chunks) against every
+    # row stored: one language at a quarter's size, 8B width, pages cached and dropped (perf/store_reads.py)
+    timeout 150 $PY perf/store_reads.py --pairs quarter --languages 1 --rounds 2 --tmp "$WORK" 2>&1 \
+        | tee "$OUT/store-reads.txt"
     rm -rf "${WORK:?}"/*
     ;;
 solver)

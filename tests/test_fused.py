@@ -71,10 +71,9 @@ def test_one_pass_gives_the_scores_and_states_of_two(tiny, tmp_path):
 
 @pytest.mark.parametrize("budget", [None, 0])
 def test_a_text_that_an_earlier_chunk_ran_is_copied_not_run_again(tiny, tmp_path, monkeypatch, budget):
-    """Chunks of two pairs: the copy pair (last) repeats the first pair's texts, so its rows come from the rows
-    kept when the first chunk ran them, bit for bit, and its scores from that chunk's; with no room to keep
-    them (`REPEAT_BYTES` 0) they run again. Either way the scores and the store are direct scoring's and
-    `extract`'s."""
+    """Chunks of two pairs: the copy pair (last) repeats the first pair's texts, so its scores come from the chunk
+    that ran them and its rows in the store point to theirs; no memory is needed for that (`REPEAT_BYTES` 0
+    alike). The scores and the store are direct scoring's and `extract`'s."""
     import babelprobe.benchmarks.direct as direct_module
     import babelprobe.extract.run as run_module
     import babelprobe.runs as runs
@@ -102,9 +101,8 @@ def test_a_text_that_an_earlier_chunk_ran_is_copied_not_run_again(tiny, tmp_path
                                        progress=False)
     runs_of = pd.Series(planned).value_counts()
     assert set(runs_of.index) == set(items["text"])
-    per_chunk = len(pd.DataFrame({"chunk": chunk, "text": items["text"]}).drop_duplicates())
-    assert runs_of.sum() == (per_chunk if budget == 0 else items["text"].nunique())
-    assert capture.copies == (0 if budget == 0 else in_earlier) and not capture.kept
+    assert runs_of.sum() == items["text"].nunique()  # each text once, whatever the budget
+    assert capture.copies == in_earlier and not capture.kept and not capture.background.kept
 
     monkeypatch.setattr(direct_module, "plan_logprobs", plan_logprobs)
     alone = score_pairs("direct", tiny, items, tmp_path / "alone.csv", settings, batch_tokens=64, progress=False)
@@ -121,6 +119,36 @@ def test_a_text_that_an_earlier_chunk_ran_is_copied_not_run_again(tiny, tmp_path
             for item_id, text in zip(copies["item_id"], copies["text"]):
                 first = items["item_id"][items["text"] == text].iloc[0]
                 np.testing.assert_array_equal(values[row[item_id]], values[row[first]])
+
+
+@pytest.mark.parametrize("budget", [None, 0])
+def test_a_text_run_before_its_first_rows_chunk_fills_that_row(tiny, tmp_path, monkeypatch, budget):
+    """Pairs P (A, Y) and Q (Y, B) with Q's items between P's: Y's first row is Q's, in the second chunk, but P's
+    chunk runs Y first. Its rows are kept to fill Q's row bit for bit; with no room to keep them, Y runs again."""
+    import babelprobe.benchmarks.direct as direct_module
+    import babelprobe.extract.run as run_module
+    import babelprobe.runs as runs
+
+    a, y, b = "A dog can bark.", "A horse can fly.", "A stone can sing."
+    items = load_items(pd.DataFrame({"item_id": ["p-good", "q-good", "q-bad", "p-bad"],
+                                     "pair_id": ["P", "Q", "Q", "P"], "language": "en", "subset": "s",
+                                     "label": [1, 1, 0, 0], "text": [a, y, b, y]}))
+    monkeypatch.setattr(runs, "CHUNK_PAIRS", 1)
+    monkeypatch.setattr(runs, "FIRST_CHUNK_SHARE", 1.0)
+    if budget is not None:
+        monkeypatch.setattr(run_module, "REPEAT_BYTES", budget)
+    planned, plan_logprobs = [], direct_module.plan_logprobs
+    monkeypatch.setattr(direct_module, "plan_logprobs",
+                        lambda lm, texts, **options: planned.extend(set(texts)) or plan_logprobs(lm, texts, **options))
+    capture = StoreCapture(tiny, items, tmp_path / "fused", ExtractSettings(pool="both"), batch_tokens=64)
+    with capture:
+        score_direct_capturing(tiny, items, tmp_path / "fused.csv", DirectSettings(), capture, batch_tokens=64,
+                               progress=False)
+    assert sorted(planned) == sorted([a, y, b] if budget is None else [a, y, y, b])
+    extract(tiny, items, tmp_path / "separate", pool="both", batch_tokens=64, progress=False)
+    assert_same_store(tiny, tmp_path / "fused", tmp_path / "separate")
+    store = open_store(tmp_path / "fused")
+    assert store.value_rows.tolist() == [0, 1, 2, 1] and store.manifest["stored_rows"] == 3
 
 
 def test_compare_fuses_a_new_store_and_leaves_an_existing_one_to_extract(tiny, tmp_path, monkeypatch):

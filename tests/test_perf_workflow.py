@@ -364,6 +364,24 @@ def test_store_pages_writes_and_reads_a_store_with_its_pages_kept_and_dropped(tm
         assert refused.returncode == 2 and words in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_store_reads_reads_both_layouts_alike(tmp_path):
+    """perf/store_reads.py at a tiny size: XCOMPS-shaped items (a language's acceptable sentences recur in its
+    four negative types), the store with every row and with a text once read group by group, warm and cold, to
+    the same values (the script checks; no timing asserted); the pointing store is the smaller."""
+    done = perf("store_reads.py", "--pairs", "6", "--layers", "2", "--d-model", "8", "--rounds", "2",
+                "--tmp", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("48 items (30 distinct texts) of 1 language(s), 2 layers × 8 in bfloat16")
+    rounds = [line.split(" | ") for line in lines if line.startswith("| ") and line[2].isdigit()]
+    assert len(rounds) == 8 and {(r[1], r[2]) for r in rounds} == {(p, k) for p in ("warm", "cold")
+                                                                   for k in ("every row", "pointing")}
+    assert float(lines[-1].split()[-1]) < 1  # shard bytes: pointing ÷ every row
+    assert list(tmp_path.iterdir()) == []
+    refused = perf("store_reads.py", "--rounds", "0")
+    assert refused.returncode == 2 and "at least 1" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     """perf/probe_phase.py on a tiny store: a row per round with the phase, its parts and the replayed fits,
     and the median ratio (no timing asserted); its results go to a temporary folder that is gone afterwards."""

@@ -407,6 +407,8 @@ def test_verify_finds_a_changed_or_dangling_value_row(tmp_path):
     with h5py.File(tmp_path / "s" / "shard-00001.h5", "r+") as f:
         f["value_row"][0] = 1  # "c" would read "b"'s values
     assert verify_store(tmp_path / "s") == ["shard-00001.h5: value_row does not match the manifest checksum"]
+    with pytest.raises(BabelprobeError, match="shard-00001.h5/value_row changed after it was written"):
+        open_store(tmp_path / "s").check()  # what `probe` checks before it reads
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
     from babelprobe.extract.store import sha256_of
 

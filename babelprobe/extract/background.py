@@ -223,7 +223,7 @@ class BackgroundWriter:
                     self._place(target, slots, lambda k, pool=pool: self.kept[keys[k]][pool])
             elif kind == "forget":
                 for key in message[1]:
-                    del self.kept[key]
+                    self.kept.pop(key, None)  # (a text whose later rows all point to a stored row was not kept)
             elif kind == "scattered":
                 _, rows, pooled, source, keep = message
                 source = np.arange(len(rows)) if source is None else np.asarray(source)

@@ -13,17 +13,19 @@ values by float rounding only (tests/test_fused.py bounds the difference).
 A text that recurs runs once over the whole pass, not only within a chunk (XCOMPS's acceptable sentence is in
 the pairs of all four negative types, which lie far apart in the items' order: in perf/workflow.py's XCOMPS-shaped
 items, chunks of 2,000 pairs ran 92,143 texts for 69,355 distinct ones at a quarter of XCOMPS, 456,163 for
-217,132 at the whole, where a language's kept rows take up to 2.5 GB at an 8B model's width). The capture plans each chunk as the scorer prepares it
-(`plan`, in chunk order): a text an earlier chunk ran and kept is not run again (its rows are copied into the
-store from the rows the background writer kept, bit for bit, and the scorer reuses its log-probs); a text that
-items of later chunks have too is kept while the kept rows fit `REPEAT_BYTES` (beyond it, it runs again where
-it recurs) and let go after the chunk that has its last items.
+217,132 at the whole). The capture plans each chunk as the scorer prepares it (`plan`, in chunk order): a text
+an earlier chunk ran and kept is not run again (the scorer reuses its log-probs); a text that items of later
+chunks have too is kept, and let go after the chunk that has its last items. In the store a text's later rows
+point to its first row (store format 2), so once the chunk with its first row has run, keeping it costs no
+memory. Only a text run before its first row's chunk (a pair whose items lie apart) has its rows kept by the
+background writer, to copy bit for bit into that row, while the kept rows fit `REPEAT_BYTES` (beyond it, it runs
+again there).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -49,11 +51,14 @@ def can_fuse(out: str | Path, overwrite: bool) -> bool:
 @dataclass
 class ChunkRepeats:
     """A chunk's texts that recur across chunks (`StoreCapture.plan`): `earlier` ran in an earlier chunk and are
-    copied, not run; `keep` run here and are kept for later chunks; `gone` are let go after this chunk."""
+    not run again; `keep` run here and are kept for later chunks; `gone` are let go after this chunk; of `keep`,
+    those in `free` have their first row in this chunk, so their later rows point to it in the store and the
+    writer keeps no values for them."""
 
     earlier: set
     keep: set
     gone: list
+    free: set = field(default_factory=set)
 
 
 class StoreCapture:
@@ -81,6 +86,7 @@ class StoreCapture:
         self.kept = None  # `run.KeptTexts` of the items' texts, once the writer's row size is known (`__enter__`)
         self.n_tokens: dict[str, int] = {}  # a kept text's token count (its copies' key `n_tokens`)
         self.copies = 0  # items filled from a text an earlier chunk ran
+        self.stored_texts: set = set()  # texts whose first row (the one holding their values) a chunk so far has
         provenance = {**(provenance or {}), "extract_settings": {**vars(settings)},
                       "fused": "pooled inside direct scoring's forward passes (its batches of distinct texts)"}
         self.writer = _writer(lm, items, out, self.layers, self.pools, "hf", settings.dtype, settings.on_overflow,
@@ -144,7 +150,10 @@ class StoreCapture:
     def plan(self, items: pd.DataFrame) -> ChunkRepeats:
         """Which texts of this chunk of `items` an earlier chunk ran, and which to keep for later ones (module
         docstring). Called for every chunk in order, before it runs (the scorer's prepare)."""
-        return ChunkRepeats(*self.kept.plan(items["text"]))
+        rows = self.row.loc[items["item_id"].to_numpy()].to_numpy()
+        self.stored_texts.update(items["text"].to_numpy()[self.writer.value_rows[rows] == rows])  # first rows here
+        earlier, keep, gone = self.kept.plan(items["text"], free=self.stored_texts)
+        return ChunkRepeats(earlier, keep, gone, keep & self.stored_texts)
 
     def during(self, items: pd.DataFrame, plan, repeats: ChunkRepeats | None = None):
         """The per-batch capture for one chunk of `items` scored by `plan` (a `LogprobPlan` of their texts but
@@ -184,7 +193,8 @@ class StoreCapture:
             finally:
                 self.pooler = None
             rows = [(row, j) for j, i in enumerate(batch["rows"]) for row in unique_rows[i]]
-            keep = {j: plan.unique[i][0] for j, i in enumerate(batch["rows"]) if plan.unique[i][0] in repeats.keep}
+            keep = {j: plan.unique[i][0] for j, i in enumerate(batch["rows"])
+                    if plan.unique[i][0] in repeats.keep and plan.unique[i][0] not in repeats.free}
             self.background.scattered(np.array([r for r, _ in rows]), pooler.result_async(self.background.encoding),
                                       np.array([j for _, j in rows]), keep)
 

@@ -385,26 +385,30 @@ class KeptTexts:
     units in order, says which of a unit's keys an earlier unit kept (`earlier`: copied, not run), which of the
     others to keep because a later unit has them too, while the kept rows stay within `budget` bytes
     (`REPEAT_BYTES`; beyond it a text runs again where it recurs), and which kept keys no later unit has (`gone`:
-    let go once copied). `len()` is the number kept now."""
+    let go once copied). `len()` is the number kept now. Keys in `plan`'s `free` are kept without their rows
+    (their values need no copy: every later row with them points to a stored row) and cost no bytes."""
 
     def __init__(self, keys, row_bytes: int, budget: int | None = None):
         self.left = Counter(keys)  # each key's rows in units not yet planned
-        self.held: set = set()
+        self.held: dict = {}  # key -> the bytes its kept rows take
         self.row_bytes, self.budget = row_bytes, REPEAT_BYTES if budget is None else budget
 
     def __len__(self) -> int:
         return len(self.held)
 
-    def plan(self, keys) -> tuple[set, set, list]:
+    def plan(self, keys, free=frozenset()) -> tuple[set, set, list]:
         counts = Counter(keys)
         earlier = {key for key in counts if key in self.held}
         self.left.subtract(counts)
         gone = [key for key in counts if key in earlier and self.left[key] == 0]
-        self.held.difference_update(gone)
-        keep = set()
+        for key in gone:
+            del self.held[key]
+        keep, used = set(), sum(self.held.values())
         for key in counts:
-            if key not in earlier and self.left[key] > 0 and (len(self.held) + 1) * self.row_bytes <= self.budget:
-                self.held.add(key)
+            cost = 0 if key in free else self.row_bytes
+            if key not in earlier and self.left[key] > 0 and used + cost <= self.budget:
+                self.held[key] = cost
+                used += cost
                 keep.add(key)
         return earlier, keep, gone
 

@@ -737,8 +737,13 @@ class Store:
 
     def check(self, pools=None) -> None:
         """Raise a one-line error if an array of `pools` (default: all) no longer matches the checksum written
-        with it, or holds NaN/inf. Reads every shard once, in row blocks; `verify_store` lists every problem."""
+        with it, or holds NaN/inf, or a shard's `value_row` (which row has which values) no longer matches its
+        checksum. Reads every shard once, in row blocks; `verify_store` lists every problem."""
         for k, record in enumerate(self.manifest["shards"]):
+            if "value_rows_sha256" in record and sha256_of(self.value_rows[slice(*record["rows"])]) != \
+                    record["value_rows_sha256"]:
+                raise BabelprobeError(f"activation store {self.path}: {record['name']}/value_row changed after it was "
+                                      f"written (checksum mismatch); run `babelprobe verify {self.path}`")
             for pool in pools or self.pools:
                 if pool not in self.pools:
                     continue
