@@ -855,7 +855,15 @@ class Store:
                     for i, column in enumerate(columns):
                         _decode_to(ds[start:stop, column, :], dtype, target[:, i, :])
             return
-        for first, last in _runs(np.unique(chunk_of), READ_RUN_CHUNKS):  # scattered rows: whole chunks, picked
+        span = _span(columns)
+        if span is not None:  # scattered rows: each chunk of rows read once for all its layers, its rows picked
+            pinned = not isinstance(out, np.ndarray) and out.device.type == "cuda"
+            for chunk in np.unique(chunk_of).tolist():
+                r0, r1 = chunk * chunk_rows, min(len(ds), (chunk + 1) * chunk_rows)
+                inside = chunk_of == chunk
+                _scatter_to(_read_staged(ds, slice(r0, r1), span, pinned), dtype, out, where[inside], local[inside] - r0)
+            return
+        for first, last in _runs(np.unique(chunk_of), READ_RUN_CHUNKS):  # the same, layer by layer
             r0, r1 = first * chunk_rows, min(len(ds), (last + 1) * chunk_rows)
             inside = (local >= r0) & (local < r1)
             picked = local[inside] - r0
@@ -944,11 +952,16 @@ def _consecutive(local: np.ndarray, where: np.ndarray, chunk_rows: int) -> list[
              else where[a:b + 1]) for a, b in zip(firsts, lasts, strict=True)]
 
 
-def _scatter_to(stored: np.ndarray, dtype: str, out, at: np.ndarray) -> None:
-    """Stored rows decoded into rows `at` of `out` (numpy, or a torch tensor on its device)."""
+def _scatter_to(stored: np.ndarray, dtype: str, out, at: np.ndarray, picked: np.ndarray | None = None) -> None:
+    """Stored rows (`picked` of them, default all) decoded into rows `at` of `out` (numpy, or a torch tensor on
+    its device). On the host row by row, straight into `out`: a decoded temporary of the rows would be fresh
+    memory at every read (the page faults that `_read_staged`'s reused buffer avoids)."""
     if isinstance(out, np.ndarray):
-        out[at] = decode_array(stored, dtype)
+        for j, row in enumerate(range(len(stored)) if picked is None else picked.tolist()):
+            decode_into(stored[row], dtype, out[at[j]])
         return
+    if picked is not None:
+        stored = stored[picked]
     torch = _torch()
     source = torch.from_numpy(stored.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else \
         torch.from_numpy(stored)
