@@ -7,7 +7,8 @@ group reads half its rows from another group's chunks. Both stores hold the same
 `StoreWriter.write_shard` from perf/workflow.py's XCOMPS-shaped items (their real recurrence); each round reads
 every group's rows, all layers, in the probe phase's layer chunks (`source.layer_chunks` at a CPU's solver
 memory, `run.solver_memory_gb`), from both stores in turn (each first once), with the pages cached (`warm`, as
-after a fused pass on a machine whose memory holds the store) and dropped (`cold`, read from the disk). It checks
+after a fused pass on a machine whose memory holds the store) and dropped (`cold`, read from the disk), and
+layer 0 alone (a reader of one layer at a time: the lens, alignment, an SAE) with the pages cached. It checks
 that both stores read the same values, then prints seconds, the GB/s of the values handed to the probes, and
 pointing ÷ every row.
 
@@ -36,6 +37,7 @@ from babelprobe.probes.run import solver_memory_gb  # noqa: E402
 from babelprobe.probes.source import group_rows, layer_chunks  # noqa: E402
 
 LAYOUTS = ("every row", "pointing")
+READS = (("warm", "all layers"), ("cold", "all layers"), ("warm", "layer 0"))
 
 
 def write(path: Path, items, layers: int, d_model: int, dtype: str, pointing: bool) -> None:
@@ -56,14 +58,16 @@ def write(path: Path, items, layers: int, d_model: int, dtype: str, pointing: bo
     writer.finish()
 
 
-def read_groups(path: Path, memory_gb: float) -> tuple[float, int, np.ndarray]:
-    """Every (language, negative type) group read as the probe phase reads it: seconds, bytes handed over, and
-    a checksum of what was read."""
+def read_groups(path: Path, memory_gb: float, one_layer: bool = False) -> tuple[float, int, np.ndarray]:
+    """Every (language, negative type) group read as the probe phase reads it (or only its layer 0, as a reader
+    of one layer at a time does: the lens, alignment, an SAE): seconds, bytes handed over, and a checksum of what
+    was read."""
     store = open_store(path)
     total, check = 0, np.zeros(3)
     start = time.perf_counter()
     for _, rows in group_rows(store.keys, ("language", "subset")):
-        for chunk in layer_chunks(store.layers, len(rows), store.d_model, memory_gb):
+        chunks = [[0]] if one_layer else layer_chunks(store.layers, len(rows), store.d_model, memory_gb)
+        for chunk in chunks:
             values = store.read_layers(chunk, rows=rows)
             total += values.nbytes
             check += [values[:, 0, 0].sum(), values[-1, -1].sum(), values.shape[0]]
@@ -98,25 +102,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(items)} items ({items['text'].nunique()} distinct texts) of {args.languages} language(s), "
               f"{args.layers} layers × {args.d_model} in {args.dtype} ({row_bytes / 1e3:.0f} kB a row); shards: "
               + ", ".join(f"{layout} {sizes[layout] / 1e9:.2f} GB" for layout in LAYOUTS))
-        print("| round | pages | layout | seconds | GB/s handed over |")
-        print("|---|---|---|---|---|")
+        print("| round | pages | read | layout | seconds | GB/s handed over |")
+        print("|---|---|---|---|---|---|")
         times: dict = {}
         for k in range(args.rounds):
-            for pages in ("warm", "cold"):
+            for pages, read in READS:
                 for layout in LAYOUTS if k % 2 == 0 else LAYOUTS[::-1]:
                     if pages == "cold":
                         for file in paths[layout].glob("shard-*.h5"):
                             drop_pages(file)
-                    seconds, total, check = read_groups(paths[layout], memory_gb)
-                    times.setdefault((pages, layout), []).append(seconds)
-                    times.setdefault(("check", layout), check)
-                    print(f"| {k + 1} | {pages} | {layout} | {seconds:.3f} | {total / seconds / 1e9:.2f} |", flush=True)
-        if not np.allclose(times[("check", LAYOUTS[0])], times[("check", LAYOUTS[1])], rtol=1e-6):
-            print("store_reads.py: the two layouts read different values", file=sys.stderr)
-            return 1
-        for pages in ("warm", "cold"):
-            a, b = (np.median(times[(pages, layout)]) for layout in LAYOUTS)
-            print(f"{pages}: pointing ÷ every row {b / a:.3f} (medians {b:.3f} and {a:.3f} s)")
+                    seconds, total, check = read_groups(paths[layout], memory_gb, read == "layer 0")
+                    times.setdefault((pages, read, layout), []).append(seconds)
+                    times.setdefault(("check", read, layout), check)
+                    print(f"| {k + 1} | {pages} | {read} | {layout} | {seconds:.3f} | {total / seconds / 1e9:.2f} |",
+                          flush=True)
+        for read in ("all layers", "layer 0"):
+            if not np.allclose(times[("check", read, LAYOUTS[0])], times[("check", read, LAYOUTS[1])], rtol=1e-6):
+                print(f"store_reads.py: the two layouts read different values ({read})", file=sys.stderr)
+                return 1
+        for pages, read in READS:
+            a, b = (np.median(times[(pages, read, layout)]) for layout in LAYOUTS)
+            print(f"{pages}, {read}: pointing ÷ every row {b / a:.3f} (medians {b:.3f} and {a:.3f} s)")
         print(f"shard bytes: pointing ÷ every row {sizes['pointing'] / sizes['every row']:.3f}")
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

@@ -374,8 +374,9 @@ def test_store_reads_reads_both_layouts_alike(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("48 items (30 distinct texts) of 1 language(s), 2 layers × 8 in bfloat16")
     rounds = [line.split(" | ") for line in lines if line.startswith("| ") and line[2].isdigit()]
-    assert len(rounds) == 8 and {(r[1], r[2]) for r in rounds} == {(p, k) for p in ("warm", "cold")
-                                                                   for k in ("every row", "pointing")}
+    assert len(rounds) == 12 and {(r[1], r[2], r[3]) for r in rounds} == {
+        (p, read, k) for p, read in (("warm", "all layers"), ("cold", "all layers"), ("warm", "layer 0"))
+        for k in ("every row", "pointing")}
     assert float(lines[-1].split()[-1]) < 1  # shard bytes: pointing ÷ every row
     assert list(tmp_path.iterdir()) == []
     refused = perf("store_reads.py", "--rounds", "0")
