@@ -12,7 +12,8 @@ from tests.tiny import CORPUS
 
 def test_two_ranks_write_the_same_store_as_one_process(tmp_path):
     model = save_tiny_model(tmp_path / "model")
-    items = write_items_file(tmp_path / "items.jsonl", [f"{CORPUS[i % len(CORPUS)]} {i}" for i in range(30)])
+    # 12 distinct texts, each recurring in later shards than its first (shards of 4, the ranks taking turns)
+    items = write_items_file(tmp_path / "items.jsonl", [f"{CORPUS[i % 4]} {i % 6}" for i in range(30)])
     single = subprocess.run(extract_cmd(model, items, tmp_path / "one", "--shard-size", "4"), env=cli_env(),
                             capture_output=True, text=True)
     assert single.returncode == 0, single.stderr
@@ -25,6 +26,7 @@ def test_two_ranks_write_the_same_store_as_one_process(tmp_path):
     two_manifest = json.loads((tmp_path / "two" / "manifest.json").read_text())
     assert two_manifest["world_size"] == 2 and two_manifest["complete"]
     assert two_manifest["shards"] == one_manifest["shards"]  # identical array and key checksums
+    assert two_manifest["stored_rows"] == 12  # a text stored once, whichever rank's shard holds it
     assert verify_store(tmp_path / "two") == []
     assert open_store(tmp_path / "two").keys["item_id"].tolist() == open_store(tmp_path / "one").keys["item_id"].tolist()
 

@@ -955,23 +955,25 @@ def _consecutive(local: np.ndarray, where: np.ndarray, chunk_rows: int) -> list[
 
 
 def _scatter_to(stored: np.ndarray, dtype: str, out, at: np.ndarray, picked: np.ndarray | None = None) -> None:
-    """Stored rows (`picked` of them, default all) decoded into rows `at` of `out` (numpy, or a torch tensor on
-    its device). On the host, rows of many layers one by one straight into `out`: a decoded temporary of them
-    would be fresh memory at every read (the page faults that `_read_staged`'s reused buffer avoids), while rows of
-    a few layers are cheaper through a small temporary than a call each (a layer of an 8B store: 6 µs a row)."""
-    if isinstance(out, np.ndarray) and stored[0].nbytes * len(at) > SCATTER_TEMPORARY_BYTES:
+    """Stored rows (`picked` of them, default all) decoded into rows `at` of `out`. To a device, the rows go as read
+    (from the page-locked buffer: a DMA, not a pageable copy of picked rows) and are picked and decoded there. On
+    the host, rows of many layers go one by one straight into `out`: a decoded temporary of them would be fresh
+    memory at every read (the page faults that `_read_staged`'s reused buffer avoids), while rows of a few layers
+    are cheaper through a small temporary than a call each (a layer of an 8B store: 6 µs a row)."""
+    if not isinstance(out, np.ndarray):
+        torch = _torch()
+        source = torch.from_numpy(stored.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else \
+            torch.from_numpy(stored)
+        source = source.to(out.device)
+        if picked is not None:
+            source = source[torch.from_numpy(picked).to(out.device)]
+        out[torch.from_numpy(at).to(out.device)] = source.to(out.dtype)
+        return
+    if stored[0].nbytes * len(at) > SCATTER_TEMPORARY_BYTES:
         for j, row in enumerate(range(len(stored)) if picked is None else picked.tolist()):
             decode_into(stored[row], dtype, out[at[j]])
         return
-    if picked is not None:
-        stored = stored[picked]
-    if isinstance(out, np.ndarray):
-        out[at] = decode_array(stored, dtype)
-        return
-    torch = _torch()
-    source = torch.from_numpy(stored.view(np.int16)).view(torch.bfloat16) if dtype == "bfloat16" else \
-        torch.from_numpy(stored)
-    out[torch.from_numpy(at).to(out.device)] = source.to(out.device).to(out.dtype)
+    out[at] = decode_array(stored if picked is None else stored[picked], dtype)
 
 
 def _span(columns: list[int]):
