@@ -40,7 +40,7 @@ thread that drives the device also waits for a CPU (its run-queue wait, from /pr
 table gives that wait and the ratio with it taken off the wall. Where a phase writes the activation store (direct,
 or a separate extraction), three columns say whether the store set its pace: how long the phase's loop waited for
 room in the store writer's queue, how long the shards still queued took after the last batch (the drain), and the
-shard writers' busy share (`StoreWriting`).
+shard writers' busy share (`StoreWriting`); a fourth gives the store's size on disk (a text is stored once).
 Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
 extract phase only checks the store; `--separate` runs extraction as a pass of its own.
 
@@ -283,11 +283,12 @@ class StoreWriting:
     """The activation store's writer during a phase (`extract.background.BackgroundWriter`, direct's fused pass or
     a separate extraction): how long the phase's loop waited for room in the writer's queue (the store then sets
     the pace), how long closing it took after the last batch (the shards still queued, written after the device's
-    last pass), and the shard writers' busy share of the phase."""
+    last pass), the shard writers' busy share of the phase, and the store's size on disk (a text stored once)."""
 
     def __init__(self):
         self.waited = self.drain = self.write = 0.0
         self.writers = 0
+        self.bytes = 0
 
     def __enter__(self):
         from babelprobe.extract.background import BackgroundWriter
@@ -302,6 +303,7 @@ class StoreWriting:
                 self.drain += time.perf_counter() - start
                 self.waited, self.write = self.waited + writer.waited, self.write + writer.write_seconds
                 self.writers = max(self.writers, writer.n_writers)
+                self.bytes += sum(f.stat().st_size for f in writer.writer.path.glob("shard-*.h5"))
 
         BackgroundWriter.close = timed
         return self
@@ -316,13 +318,13 @@ class StoreWriting:
         if not self.writers:
             return {}
         return {"store_wait_s": round(self.waited, 3), "store_drain_s": round(self.drain, 3),
-                "store_busy": round(self.write / (self.writers * seconds), 2)}
+                "store_busy": round(self.write / (self.writers * seconds), 2), "store_mb": round(self.bytes / 1e6, 3)}
 
     def said(self, seconds: float) -> str:
         """The row as the end of a phase's progress line ("" where the phase wrote no store)."""
         row = self.row(seconds)
         return (f", store: loop waited {row['store_wait_s']} s, drained {row['store_drain_s']} s after, writers busy "
-                f"{row['store_busy']}") if row else ""
+                f"{row['store_busy']}, {row['store_mb']} MB") if row else ""
 
 
 def run_queue_wait() -> float:
@@ -639,7 +641,7 @@ COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "hos
            ("floor_cpu_ratio", "floor/babelprobe (CPU s)"),
            ("mfu", "MFU"), ("baseline_seconds", "baseline s"), ("baseline_ratio", "baseline/babelprobe"),
            ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"), ("store_wait_s", "store: loop's wait s"),
-           ("store_drain_s", "store: drain s"), ("store_busy", "store writers busy"))
+           ("store_drain_s", "store: drain s"), ("store_busy", "store writers busy"), ("store_mb", "store MB"))
 
 
 def markdown(rows: list[dict], header: dict) -> str:

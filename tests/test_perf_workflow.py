@@ -85,6 +85,7 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path, device):
     # the store written in direct's passes: whether its writer set the pace (the loop's wait, the drain after)
     direct = phases["direct"]
     assert direct["store_wait_s"] >= 0 and direct["store_drain_s"] >= 0 and 0 <= direct["store_busy"] <= 1
+    assert direct["store_mb"] > 0 and "| store MB |" in table
     assert "store_busy" not in phases["meta"] and "| store writers busy |" in table
     assert phases["probe"]["seconds"] > 0  # perf/README.md's command probes layer 0 only (--probe-layers)
 
