@@ -123,6 +123,7 @@ def test_a_text_that_recurs_runs_once_and_fills_each_of_its_rows(tmp_path, monke
     assert store.keys["item_id"].tolist() == items["item_id"].tolist()
     assert store.keys["n_tokens"].tolist() == [tokens[t] for t in items["text"]]
     assert store.manifest["stored_rows"] == 4 and store.value_rows.tolist() == [0, 1, 0, 3, 1, 0, 6]  # once a text
+    assert "7 items (4 distinct texts stored) in 2 shards" in report.summary()
     assert verify_store(tmp_path / "s") == []
 
 
