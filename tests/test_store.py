@@ -11,7 +11,7 @@ import torch
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract import open_store, verify_store, write_store
-from babelprobe.extract.store import CHUNK_BYTES
+from babelprobe.extract.store import CHUNK_BYTES, StoreWriter, check_value_rows, first_rows, sha256_of
 
 
 def make_keys(n, language="en"):
@@ -246,8 +246,6 @@ def test_background_writer_reuses_every_written_shards_memory(tmp_path):
     three shards assembled at once allocates nothing, and every shard holds its own rows."""
     from babelprobe.extract.background import BackgroundWriter
     from babelprobe.extract.capture import PooledRows
-    from babelprobe.extract.store import StoreWriter
-
     n, layers, d = 24, 2, 8
     keys, last = make_keys(n), activations(n, layers=layers, d=d)
     writer = StoreWriter(tmp_path / "s", n_rows=n, layers=list(range(layers)), d_model=d, n_layers=layers,
@@ -300,8 +298,6 @@ def test_rows_encoded_on_the_device_write_the_bytes_the_host_writes(tmp_path, en
     same values encoded on the host (`write_store`); rows that come unencoded are encoded by the writer."""
     from babelprobe.extract.background import BackgroundWriter
     from babelprobe.extract.capture import PooledRows, Pooler
-    from babelprobe.extract.store import StoreWriter
-
     n, layers, d = 10, 3, 8
     keys, last = make_keys(n), activations(n, layers=layers, d=d, scale=1e3)
     write_store(tmp_path / "host", keys, last, dtype="bfloat16", shard_size=4)
@@ -326,8 +322,6 @@ def test_rows_encoded_on_the_device_write_the_bytes_the_host_writes(tmp_path, en
 def test_a_non_finite_row_found_on_the_device_names_item_and_layer_and_writes_nothing(tmp_path, encode):
     from babelprobe.extract.background import BackgroundWriter
     from babelprobe.extract.capture import Pooler
-    from babelprobe.extract.store import StoreWriter
-
     n, layers, d = 4, 3, 8
     last = activations(n, layers=layers, d=d)
     last[2, 1, 5] = np.inf
@@ -347,8 +341,6 @@ def test_a_non_finite_row_found_on_the_device_names_item_and_layer_and_writes_no
 def pointing_store(path, texts, dtype="float32", shard_size=5, pools=("last", "mean")):
     """A store of `texts` (one item each) written as extraction writes it: a text's first row holds its values,
     its later rows point there. Returns the values every row has, the reference a reader must give back."""
-    from babelprobe.extract.store import StoreWriter, first_rows
-
     n, layers, d = len(texts), 3, 2048  # 128 float32 rows a chunk: reads cross chunks and shards
     own = activations(n, layers=layers, d=d, scale=50.0)
     value_rows = first_rows(texts)
@@ -410,8 +402,6 @@ def test_verify_finds_a_changed_or_dangling_value_row(tmp_path):
     with pytest.raises(BabelprobeError, match="shard-00001.h5/value_row changed after it was written"):
         open_store(tmp_path / "s").check()  # what `probe` checks before it reads
     manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
-    from babelprobe.extract.store import sha256_of
-
     manifest["shards"][1]["value_rows_sha256"] = sha256_of(np.array([1, 1, 0]))
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
     with h5py.File(tmp_path / "s" / "shard-00001.h5", "r+") as f:
@@ -419,8 +409,6 @@ def test_verify_finds_a_changed_or_dangling_value_row(tmp_path):
     assert verify_store(tmp_path / "s") == [
         "shard-00001.h5/last: shape (1, 3, 2048), expected (0, 3, 2048)"]
     with pytest.raises(BabelprobeError, match=r"row 3 points to row 4, which does not hold values"):
-        from babelprobe.extract.store import check_value_rows
-
         check_value_rows(np.array([0, 1, 0, 4, 4]), "store s")
 
 
