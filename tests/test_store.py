@@ -393,6 +393,18 @@ def test_a_shard_whose_texts_all_came_before_stores_no_values(tmp_path):
     assert verify_store(tmp_path / "s") == []
 
 
+def test_an_incomplete_store_reads_the_rows_of_the_shards_it_has(tmp_path):
+    """A store whose middle shard is missing (a run stopped; `compare` opens such a store to look at it): its other
+    shards' rows, pointing ones included, read their values."""
+    texts = ["a", "b", "c", "d", "e", "f", "a", "g", "b"]
+    expected = pointing_store(tmp_path / "s", texts, shard_size=3, pools=("last",))
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    del manifest["shards"][1]
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps({**manifest, "complete": False}))
+    store = open_store(tmp_path / "s", allow_incomplete=True)
+    np.testing.assert_array_equal(store.read_layers(rows=[8, 6, 7, 0]), expected[[8, 6, 7, 0]])
+
+
 def test_verify_finds_a_changed_or_dangling_value_row(tmp_path):
     texts = ["a", "b", "a", "c", "b", "a"]
     pointing_store(tmp_path / "s", texts, shard_size=3, pools=("last",))

@@ -760,21 +760,20 @@ class Store:
     def value_rows(self) -> np.ndarray:
         """int64 [n_rows]: the row whose values each row has (itself, or the first row with its text; a format-1
         shard stores every row)."""
-        parts = [self._file(k)["value_row"][()] if "value_row" in self._file(k)
-                 else np.arange(start, stop, dtype=np.int64)
-                 for k, (start, stop) in enumerate(zip(self._starts.tolist(), self._stops.tolist()))]
-        value_rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        value_rows = np.arange(self.n_rows, dtype=np.int64)  # (rows of shards an incomplete store lacks: their own)
+        for k, (start, stop) in enumerate(zip(self._starts.tolist(), self._stops.tolist())):
+            if "value_row" in self._file(k):
+                value_rows[start:stop] = self._file(k)["value_row"][()]
         check_value_rows(value_rows, f"activation store {self.path}")
         return value_rows
 
     @cached_property
     def _slots(self) -> np.ndarray:
         """Each row's place in its shard's arrays (-1: the row points to an earlier one)."""
-        rows = np.arange(self.n_rows)
-        own = self.value_rows == rows
-        before = np.cumsum(own) - own
-        starts = self._starts[np.searchsorted(self._stops, rows, side="right")]
-        return np.where(own, before - before[starts], -1)
+        own, slots = self.value_rows == np.arange(self.n_rows), np.full(self.n_rows, -1, dtype=np.int64)
+        for start, stop in zip(self._starts.tolist(), self._stops.tolist()):
+            slots[start:stop] = np.where(own[start:stop], np.cumsum(own[start:stop]) - 1, -1)
+        return slots
 
     def check_files(self) -> None:
         """Every shard opens as HDF5 (a truncated or missing shard is refused here, without reading an array)."""
