@@ -29,6 +29,18 @@ def perf(script: str, *args: str, **options) -> subprocess.CompletedProcess:
                           cwd=ROOT, **options)
 
 
+def printed(script: str, *args: str) -> list[str]:
+    """The lines perf/`script` printed, run with `args`; it must succeed."""
+    done = perf(script, *args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
+
+
+def round_rows(lines: list[str]) -> list[list[str]]:
+    """The cells of a printed table's rows that start with a round number."""
+    return [line.split(" | ") for line in lines if line.startswith("| ") and line[2].isdigit()]
+
+
 def run_workflow(tmp_path, *options):
     out = tmp_path / "workflow.json"
     done = perf("workflow.py", "--no-progress", "--json", str(out), "--markdown", str(tmp_path / "w.md"),
@@ -333,10 +345,8 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
     """perf/store_floor.py at a tiny size: the floor's three parts, their sum and babelprobe's own work on the
     same shard, each per pair, and the ratios, then the shard's read back against HDF5's (no timing asserted); the
     shard it wrote is gone afterwards."""
-    done = perf("store_floor.py", "--layers", "2", "--d-model", "8", "--rows", "6", "--repeat", "1", "--tmp",
-                str(tmp_path))
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    lines = printed("store_floor.py", "--layers", "2", "--d-model", "8", "--rows", "6", "--repeat", "1", "--tmp",
+                    str(tmp_path))
     assert lines[0].startswith("one shard: 6 items x 2 layers x 8, bfloat16")
     named = [line.split(" | ")[0].strip("| ") for line in lines if line.startswith("| ") and "---" not in line]
     assert named[1:6] == ["sha256", "write", "copy", "floor (their sum)", "babelprobe: assembly + write_shard"]
@@ -350,12 +360,10 @@ def test_store_floor_times_the_floor_and_babelprobe_on_one_shard(tmp_path):
 def test_store_pages_writes_and_reads_a_store_with_its_pages_kept_and_dropped(tmp_path):
     """perf/store_pages.py at a tiny size: a row per round, kept and dropped in turn, with the store's write and
     read back (no timing asserted); each round's store is gone afterwards."""
-    done = perf("store_pages.py", "--layers", "2", "--d-model", "8", "--gb", "0.0003", "--rounds", "2",
-                "--tmp", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    lines = printed("store_pages.py", "--layers", "2", "--d-model", "8", "--gb", "0.0003", "--rounds", "2",
+                    "--tmp", str(tmp_path))
     assert lines[0].startswith("5 shards of 0 MB (2 layers × 8, bfloat16)")
-    rounds = [line.split(" | ") for line in lines if line.startswith("| ") and line[2].isdigit()]
+    rounds = round_rows(lines)
     assert [(r[0], r[1]) for r in rounds] == [("| 1", "kept"), ("| 2", "dropped")]
     assert all(len(r) == 9 and float(r[2]) == 0.0 and float(r[3]) > 0 and float(r[7]) >= 0 for r in rounds)
     assert list(tmp_path.iterdir()) == []
@@ -369,12 +377,10 @@ def test_store_reads_reads_both_layouts_alike(tmp_path):
     """perf/store_reads.py at a tiny size: XCOMPS-shaped items (a language's acceptable sentences recur in its
     four negative types), the store with every row and with a text once read group by group, warm and cold, to
     the same values (the script checks; no timing asserted); the pointing store is the smaller."""
-    done = perf("store_reads.py", "--pairs", "6", "--layers", "2", "--d-model", "8", "--rounds", "2",
-                "--tmp", str(tmp_path))
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    lines = printed("store_reads.py", "--pairs", "6", "--layers", "2", "--d-model", "8", "--rounds", "2",
+                    "--tmp", str(tmp_path))
     assert lines[0].startswith("48 items (30 distinct texts) of 1 language(s), 2 layers × 8 in bfloat16")
-    rounds = [line.split(" | ") for line in lines if line.startswith("| ") and line[2].isdigit()]
+    rounds = round_rows(lines)
     assert len(rounds) == 12 and {(r[1], r[2], r[3]) for r in rounds} == {
         (p, read, k) for p, read in (("warm", "all layers"), ("cold", "all layers"), ("warm", "layer 0"))
         for k in ("every row", "pointing")}
@@ -395,10 +401,8 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
                          for lang in ("en", "de") for subset in ("a", "b") for k in range(3) for side in ("good", "bad")])
     write_store(tmp_path / "acts", keys, last=rng.normal(size=(len(keys), 3, 8)), n_layers=2)
     (tmp_path / "out").mkdir()
-    done = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--folds", "3", "--repeat", "2", "--tmp",
-                str(tmp_path / "out"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    lines = done.stdout.splitlines()
+    lines = printed("probe_phase.py", "--acts", str(tmp_path / "acts"), "--folds", "3", "--repeat", "2", "--tmp",
+                    str(tmp_path / "out"))
     assert ": 24 items, 4 groups of 6–6 items, 3 layers × 8, 3 folds, " in lines[0]
     rounds = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
     assert len(rounds) == 2 and all(len(line.split("|")) == 8 for line in rounds)

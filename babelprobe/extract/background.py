@@ -203,7 +203,7 @@ class BackgroundWriter:
             kind = message[0]
             if kind == "start":
                 self.span = self.writer.shard_rows(message[1])
-                self.arrays = self._arrays(self.span)
+                self.arrays = self._arrays(message[1])
             elif kind == "rows":
                 _, rows, pooled, source, keep = message
                 store_rows = self.span[0] + np.asarray(rows)
@@ -260,7 +260,7 @@ class BackgroundWriter:
         for index in np.unique(shards).tolist():
             span = self.writer.shard_rows(index)
             if index not in self.open:
-                self.open[index] = (self._arrays(span), span[1] - span[0])
+                self.open[index] = (self._arrays(index), span[1] - span[0])
             arrays, missing = self.open[index]
             at = np.flatnonzero(shards == index).tolist()
             for pool, target in arrays.items():
@@ -288,10 +288,10 @@ class BackgroundWriter:
                 raise not_finite(pool, self.writer.layers[column], self.keys["item_id"].iloc[int(store_rows[k])])
         return values
 
-    def _arrays(self, span: tuple[int, int]) -> dict[str, np.ndarray]:
-        """The arrays a shard is assembled in (float32, or as stored when the rows come encoded): a written
-        shard's when their shape fits, else new."""
-        shape = (int((self.writer.slot[span[0]:span[1]] >= 0).sum()), *self.shape)  # the rows that hold values
+    def _arrays(self, index: int) -> dict[str, np.ndarray]:
+        """The arrays shard `index`'s rows that hold values are assembled in (float32, or as stored when the rows
+        come encoded): a written shard's when their shape fits, else new."""
+        shape = (self.writer.stored_rows(index), *self.shape)
         with self.lock:
             for k, arrays in enumerate(self.spare):
                 if next(iter(arrays.values())).shape == shape:

@@ -240,7 +240,7 @@ def _writer(lm, items, out, layers, pools, backend, dtype, on_overflow, shard_si
 def _run(lm, world: World, writer: StoreWriter, encodings, keys, backend_name, layers, batch_tokens,
          padding_side, overwrite, progress, remote=False) -> ExtractReport:
     report = ExtractReport(path=writer.path, n_items=writer.n_rows, n_shards=writer.n_shards, backend=backend_name,
-                           stored_rows=int((writer.slot >= 0).sum()))
+                           stored_rows=writer.stored_rows())
     lock = store_lock(writer.path)
     held, todo, error = False, None, None
     if world.is_main:

@@ -204,6 +204,15 @@ def first_rows(texts) -> np.ndarray:
     return np.array([first.setdefault(text, row) for row, text in enumerate(texts)], dtype=np.int64)
 
 
+def shard_slots(value_rows: np.ndarray, spans) -> np.ndarray:
+    """Each row's place in its shard's `last`/`mean` (shards: the (start, stop) `spans`): its rank among the shard's
+    rows that hold values, -1 for a row pointing to an earlier one (nothing stored) or in no span."""
+    own, slots = value_rows == np.arange(len(value_rows)), np.full(len(value_rows), -1, dtype=np.int64)
+    for start, stop in spans:
+        slots[start:stop] = np.where(own[start:stop], np.cumsum(own[start:stop]) - 1, -1)
+    return slots
+
+
 def check_value_rows(value_rows: np.ndarray, where: str) -> None:
     """A row points to itself or to an earlier row that points to itself (the one holding the values)."""
     rows = np.arange(len(value_rows))
@@ -312,10 +321,7 @@ class StoreWriter:
         if self.value_rows.shape != (n_rows,):
             raise ValueError(f"value_rows has shape {self.value_rows.shape}, expected ({n_rows},)")
         check_value_rows(self.value_rows, f"store {self.path}")
-        own = self.value_rows == rows
-        # each row's place in its shard's `last`/`mean` (-1: a row pointing to an earlier one, nothing stored)
-        before = np.cumsum(own) - own
-        self.slot = np.where(own, before - before[rows // self.shard_size * self.shard_size], -1)
+        self.slot = shard_slots(self.value_rows, map(self.shard_rows, range(self.n_shards)))
 
     # -- layout
     @property
@@ -325,9 +331,10 @@ class StoreWriter:
     def shard_rows(self, index: int) -> tuple[int, int]:
         return index * self.shard_size, min(self.n_rows, (index + 1) * self.shard_size)
 
-    def stored_rows(self, index: int) -> int:
-        """Rows of shard `index` that hold values (the others point to an earlier row with the same text)."""
-        start, stop = self.shard_rows(index)
+    def stored_rows(self, index: int | None = None) -> int:
+        """Rows of shard `index` (default: of the store) that hold values (the others point to an earlier row with
+        the same text)."""
+        start, stop = (0, self.n_rows) if index is None else self.shard_rows(index)
         return int((self.slot[start:stop] >= 0).sum())
 
     def base_manifest(self) -> dict:
@@ -338,7 +345,7 @@ class StoreWriter:
                 "layers": self.layers, "layer_names": [layer_name(i, self.n_layers) for i in self.layers],
                 "n_layers": self.n_layers, "d_model": self.d_model, "n_rows": self.n_rows,
                 "shard_size": self.shard_size, "n_shards": self.n_shards, "compression": self.compression,
-                "stored_rows": int((self.slot >= 0).sum()), "libraries": library_versions(), "shards": []}
+                "stored_rows": self.stored_rows(), "libraries": library_versions(), "shards": []}
 
     # -- lifecycle
     def prepare(self, overwrite: bool = False) -> list[int]:
@@ -769,11 +776,8 @@ class Store:
 
     @cached_property
     def _slots(self) -> np.ndarray:
-        """Each row's place in its shard's arrays (-1: the row points to an earlier one)."""
-        own, slots = self.value_rows == np.arange(self.n_rows), np.full(self.n_rows, -1, dtype=np.int64)
-        for start, stop in zip(self._starts.tolist(), self._stops.tolist()):
-            slots[start:stop] = np.where(own[start:stop], np.cumsum(own[start:stop]) - 1, -1)
-        return slots
+        """Each row's place in its shard's arrays (`shard_slots` over the listed shards)."""
+        return shard_slots(self.value_rows, zip(self._starts.tolist(), self._stops.tolist()))
 
     def check_files(self) -> None:
         """Every shard opens as HDF5 (a truncated or missing shard is refused here, without reading an array)."""
