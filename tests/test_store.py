@@ -240,26 +240,33 @@ def test_verify_names_each_problem(tmp_path):
     assert not any("shard-00000" in p for p in problems)
 
 
-def test_background_writer_reuses_every_written_shards_memory(tmp_path):
+@pytest.mark.parametrize("recurring", [False, True])
+def test_background_writer_reuses_every_written_shards_memory(tmp_path, recurring):
     """Fused scoring fills several shards at once (scattered rows); once written, each shard's arrays serve a
     later shard, all of them, not a fixed few (fresh memory is filled at page-fault speed): the second wave of
-    three shards assembled at once allocates nothing, and every shard holds its own rows."""
+    three shards assembled at once allocates nothing, and every shard holds its own rows. Also when texts recur
+    and shards store different numbers of rows (here 4, 4, 4, 2, 0 and 0)."""
     from babelprobe.extract.background import BackgroundWriter
     from babelprobe.extract.capture import PooledRows
     n, layers, d = 24, 2, 8
-    keys, last = make_keys(n), activations(n, layers=layers, d=d)
+    keys, own = make_keys(n), activations(n, layers=layers, d=d)
+    texts = [f"t{i % 14}" if recurring else f"t{i}" for i in range(n)]
+    value_rows = first_rows(texts)
     writer = StoreWriter(tmp_path / "s", n_rows=n, layers=list(range(layers)), d_model=d, n_layers=layers,
-                         pools=("last",), shard_size=4)
+                         pools=("last",), shard_size=4, value_rows=value_rows)
     writer.prepare(overwrite=False)
+    assert [writer.stored_rows(k) for k in range(6)] == ([4, 4, 4, 2, 0, 0] if recurring else [4] * 6)
     background = BackgroundWriter(writer, keys, (layers, d), [], update_manifest=True, threaded=False)
     made, arrays = [], background._arrays
-    background._arrays = lambda span: made.append(arrays(span)) or made[-1]
+    background._arrays = lambda span: made.append(arrays(span)["last"]) or {"last": made[-1]}
+    last = own[value_rows]  # a recurring text's rows come with its values, as a model gives them
     for wave in (np.arange(0, 12), np.arange(12, 24)):  # three shards at a time, rows interleaved
         for rows in np.array_split(wave[np.argsort(wave % 4, kind="stable")], 4):  # each batch touches all three
             background.scattered(rows, PooledRows({"last": torch.from_numpy(last[rows])}))
     background.close()
     writer.finish()
-    assert len(made) == 6 and len({id(a) for a in made}) == 3  # the second wave took the first wave's arrays
+    memory = {id(a if a.base is None else a.base) for a in made}
+    assert len(made) == 6 and len(memory) == 3  # the second wave took the first wave's memory
     np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(), last)
 
 
