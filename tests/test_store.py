@@ -55,6 +55,22 @@ def test_half_dtypes_decode_like_torch_rounding(tmp_path, dtype, torch_dtype):
         assert f["last"].dtype == (np.uint16 if dtype == "bfloat16" else np.float16)
 
 
+@pytest.mark.parametrize("n", [410, 1228])
+def test_a_shard_takes_about_its_values_bytes_on_disk(tmp_path, n):
+    """A shard's rows are split evenly into chunks of at most `CHUNK_BYTES` (409 float32 rows at 640): HDF5 keeps
+    a last chunk whole on disk, so 410 rows in chunks of 409 took twice their bytes, 1,228 rows 1.33 times."""
+    d = 640
+    values = activations(n, layers=2, d=d)
+    write_store(tmp_path / "s", make_keys(n), values, layers=[0, 1], shard_size=n)
+    shard = tmp_path / "s" / "shard-00000.h5"
+    with h5py.File(shard) as f:
+        rows = f["last"].chunks[0]
+    chunks = -(-n // rows)
+    assert rows * d * 4 <= CHUNK_BYTES and chunks * rows - n < chunks  # less than a row to spare per chunk
+    assert shard.stat().st_size < 1.1 * values.nbytes  # the rest: the keys (~200 bytes a row) and HDF5's own
+    np.testing.assert_array_equal(open_store(tmp_path / "s").read_layers(), values)
+
+
 def test_shard_is_readable_with_plain_h5py_and_chunked_by_layer(tmp_path):
     n, d = 3000, 640
     keys = make_keys(n)

@@ -47,7 +47,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 COMPRESSIONS = ("none", "lzf", "gzip")
 KEY_COLUMNS = ("item_id", "pair_id", "language", "subset", "label", "n_tokens")
 STRING_KEYS = ("item_id", "pair_id", "language", "subset")
-CHUNK_BYTES = 1 << 20  # about 1 MiB per chunk: rows x 1 layer x d_model
+CHUNK_BYTES = 1 << 20  # at most 1 MiB per chunk: rows x 1 layer x d_model (`StoreWriter._chunks`)
 READ_RUN_CHUNKS = 16  # a read covers at most this many consecutive chunks (memory bound of a read)
 SCATTER_TEMPORARY_BYTES = 4 << 20  # rows scattered into a read's answer through a temporary up to this size
 SHARD_BYTES = 256 << 20  # default shard size: at most this many float32 bytes per pooling ...
@@ -523,8 +523,12 @@ class StoreWriter:
 
     # -- HDF5 layout
     def _chunks(self, data: np.ndarray) -> tuple[int, int, int]:
-        rows = max(1, min(len(data), CHUNK_BYTES // (data.itemsize * self.d_model)))
-        return (rows, 1, self.d_model)
+        """Rows × 1 layer × d_model, at most `CHUNK_BYTES`, the shard's rows split evenly: HDF5 keeps a last chunk
+        whole on disk however few rows it holds (a shard of 130 bfloat16 rows at 4096 in chunks of 128 took twice
+        its bytes), and shards storing a text once hold any number of rows."""
+        most = max(1, CHUNK_BYTES // (data.itemsize * self.d_model))
+        n_chunks = max(1, -(-len(data) // most))
+        return (max(1, -(-len(data) // n_chunks)), 1, self.d_model)
 
     def _filters(self) -> dict:
         if self.compression == "none":
