@@ -36,7 +36,7 @@
 #   run     P  perf/workflow.py --pairs 30 (2,040 pairs), the meta phase under torch's profiler: a Chrome
 #              trace (gzipped) and the operators' totals (where the GPU waits; meta was busy 49%)     ~1 min
 #           C  perf/workflow.py --pairs quarter (61,064 pairs, a quarter of XCOMPS, the acceptance's size),
-#              bfloat16 store (18.7 GB since a text is stored once; 33 GB before), no measured floors, end-to-end
+#              bfloat16 store (18.8 GB on disk since a text is stored once; 33 GB before), no measured floors, end-to-end
 #              time, MFU, GPU busy
 #              (9,180 pairs took 76 s: ~8 min at that rate)               (limit: the rest of 585 s)
 #   floors  A  perf/workflow.py --pairs 135 (9,180 pairs), every floor (replay; bare forward at 5 budgets on

@@ -194,7 +194,7 @@ def test_11_nan_and_inf_activations(work, capsys):
           "shard-00000.h5/last", "babelprobe verify")
     assert not (root / "p11.csv").exists()
     # NaN handed in from memory (an ArrayStore) is named by item and layer
-    keys = bp.open_store(root / "fewpairs").keys
+    keys = bp.open_store(random_store(root / "fewpairs11", pairs=3)).keys  # its own: not test_10's (xdist)
     values = np.random.default_rng(1).normal(size=(len(keys), 4, 8)).astype(np.float32)
     values[3, 2, 0] = np.inf
     with pytest.raises(bp.BabelprobeError, match=r"layer 2 are NaN or inf for item 'en1-0'"):
@@ -252,12 +252,13 @@ def test_15_read_only_output_directory(work, capsys, monkeypatch):
     root, model, items = work
     readonly = root / "readonly"
     readonly.mkdir()
+    store = random_store(root / "fewpairs15", pairs=3)  # its own: test_10's may be on another xdist worker
     real_access = os.access
     # we run as root in CI, where chmod does not stop writes: the directory reports itself read-only
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != readonly and real_access(p, mode, **kw))
     fails(direct(model, items, readonly / "r.csv"), capsys, str(readonly), "not writable", "writable output")
     fails(extract_args(model, items, readonly), capsys, str(readonly), "not writable", "choose another --out")
-    fails(["probe", "--acts", root / "fewpairs", "--out", readonly / "p.csv", "--folds", "3"], capsys,
+    fails(["probe", "--acts", store, "--out", readonly / "p.csv", "--folds", "3"], capsys,
           "not writable")
     assert list(readonly.iterdir()) == []
 

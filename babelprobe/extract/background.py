@@ -89,7 +89,7 @@ class BackgroundWriter:
         self.arrays, self.span = None, None  # the shard being assembled (writer side)
         self.open: dict[int, tuple[dict, int]] = {}  # scattered rows: shard -> (arrays, rows still missing)
         self.spare: list[dict] = []  # arrays of written shards, reused (the module's note on `spare`)
-        self.capacity: int | None = None  # their rows: the most any shard of the store stores
+        self.capacity = max((writer.stored_rows(i) for i in range(writer.n_shards)), default=0)  # the spares' rows
         self.kept: dict = {}  # a text's pooled rows kept for later shards (`rows(..., keep)`, `copied`, `forget`)
         n_layers, d_model = shape  # the bytes of one kept text's rows (as the shard is assembled)
         self.row_bytes = len(writer.pools) * n_layers * d_model * (
@@ -299,8 +299,6 @@ class BackgroundWriter:
         with self.lock:
             arrays = self.spare.pop(0) if self.spare else None
         if arrays is None:
-            if self.capacity is None:  # the most rows any shard stores
-                self.capacity = max(self.writer.stored_rows(i) for i in range(self.writer.n_shards))
             dtype = np.float32 if self.encoding is None else storage_dtype(self.encoding)
             arrays = {p: np.empty((self.capacity, *self.shape), dtype=dtype) for p in self.writer.pools}
         rows = self.writer.stored_rows(index)

@@ -147,10 +147,14 @@ class StoreCapture:
                 self.handles.append(blocks[layer - 1].register_forward_hook(
                     lambda module, args, output, layer=layer: add(layer, hidden_of(output))))
 
+    def _rows(self, items: pd.DataFrame) -> np.ndarray:
+        """The store rows of `items` (by item id)."""
+        return self.row.loc[items["item_id"].to_numpy()].to_numpy()
+
     def plan(self, items: pd.DataFrame) -> ChunkRepeats:
         """Which texts of this chunk of `items` an earlier chunk ran, and which to keep for later ones (module
         docstring). Called for every chunk in order, before it runs (the scorer's prepare)."""
-        rows = self.row.loc[items["item_id"].to_numpy()].to_numpy()
+        rows = self._rows(items)
         self.stored_texts.update(items["text"].to_numpy()[self.writer.value_rows[rows] == rows])  # first rows here
         earlier, keep, gone = self.kept.plan(items["text"], free=self.stored_texts)
         return ChunkRepeats(earlier, keep, gone, keep & self.stored_texts)
@@ -163,7 +167,7 @@ class StoreCapture:
         rows_of_text: dict[str, list[int]] = {}
         # on the thread that drives the device, before the chunk's first batch: one lookup for all the items
         # (one per item: 24 ms per 8,000 items here, 4 ms so; more beside the pipeline's other threads)
-        for row, text in zip(self.row.loc[items["item_id"].to_numpy()].to_numpy().tolist(), texts):
+        for row, text in zip(self._rows(items).tolist(), texts):
             rows_of_text.setdefault(text, []).append(row)
         exclude_bos = self.lm.bos_policy == "bos"
         unique_rows = [rows_of_text[text] for text, _ in plan.unique]
@@ -182,6 +186,7 @@ class StoreCapture:
         for text in repeats.gone:
             del self.n_tokens[text]
         batches = iter(plan.batches)
+        kept_rows = repeats.keep - repeats.free  # texts whose pooled rows the writer keeps for a later first row
 
         @contextmanager
         def capture(inputs: dict[str, torch.Tensor]):
@@ -193,8 +198,7 @@ class StoreCapture:
             finally:
                 self.pooler = None
             rows = [(row, j) for j, i in enumerate(batch["rows"]) for row in unique_rows[i]]
-            keep = {j: plan.unique[i][0] for j, i in enumerate(batch["rows"])
-                    if plan.unique[i][0] in repeats.keep and plan.unique[i][0] not in repeats.free}
+            keep = {j: plan.unique[i][0] for j, i in enumerate(batch["rows"]) if plan.unique[i][0] in kept_rows}
             self.background.scattered(np.array([r for r, _ in rows]), pooler.result_async(self.background.encoding),
                                       np.array([j for _, j in rows]), keep)
 
