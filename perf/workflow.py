@@ -37,7 +37,11 @@ trees, tables, writing, launching; "of which kernel": its system time, the store
 page faults), device = the simulated device's busy seconds (or, on CUDA, the NVML busy share × wall); wall ÷
 max(host, device) is 1.0 when they overlap fully and about 2 when they run in series. On a shared machine the
 thread that drives the device also waits for a CPU (its run-queue wait, from /proc/thread-self/schedstat); the
-table gives that wait and the ratio with it taken off the wall. Where a phase writes the activation store (direct,
+table gives that wait and the ratio with it taken off the wall. Two columns account for the wall of the thread
+that drives the device: its own CPU seconds (launches, the prefix trees' per-pass steps) and, on the synchronous
+simulated device, the rest of its time that is neither that, nor the device's, nor the run-queue wait (its turns
+at the GIL beside the producer and the finisher, and its waits for their chunks). On that device the three are
+what the wall has beyond the device's time. Where a phase writes the activation store (direct,
 or a separate extraction), three columns say whether the store set its pace: how long the phase's loop waited for
 room in the store writer's queue, how long the shards still queued took after the last batch (the drain), and the
 shard writers' busy share (`StoreWriting`); a fourth gives the store's size on disk (a text is stored once).
@@ -243,6 +247,7 @@ class Meter:
         self.device_start = self.clock.busy if self.clock is not None else 0.0
         self.queued_start = run_queue_wait()
         self.start, self.cpu_start, self.sys_start = time.perf_counter(), time.process_time(), os.times().system
+        self.driving_start = time.thread_time()  # the thread that enters the meter drives the device
         return self
 
     def __exit__(self, *exc):
@@ -254,6 +259,7 @@ class Meter:
         self.cpu_seconds = time.process_time() - self.cpu_start  # this process, all its threads
         self.sys_seconds = os.times().system - self.sys_start  # of which in the kernel (writes, page faults)
         self.queued = run_queue_wait() - self.queued_start  # the calling thread's, on a loaded machine
+        self.driving_cpu = time.thread_time() - self.driving_start
         if self.clock is not None:
             self.device_seconds = self.clock.busy - self.device_start
             if self.clock.queued:  # the device's busy share, as NVML gives it on a GPU
@@ -592,6 +598,7 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
             "queued_s": round(best.queued, 3) if best.queued == best.queued else None,
             "overlap_own_core": round((best.seconds - best.queued) / max(best.cpu_seconds, device_s), 3)
             if device_s == device_s and best.queued == best.queued else None,
+            "driving_cpu_s": round(best.driving_cpu, 3), "driving_wait_s": _driving_wait(best),
             "floor_replay": None if fused or replay != replay else round(replay, 3), "floor_bare": round(bare[budget], 3) if bare else None,
             "bare_budget": budget, "floor_arithmetic": round(arithmetic, 3) if arithmetic else None,
             "floor": "fused into direct" if fused else least,
@@ -612,6 +619,18 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
     rows.append({"phase": "total", "seconds": round(total, 3), "flops": all_flops,
                  "mfu": round(all_flops / (total * rate), 3), "rounds": len(done)})
     return rows
+
+
+def _driving_wait(meter: Meter) -> float | None:
+    """On the synchronous simulated device, the seconds of the phase in which the thread that drives the device
+    neither ran, nor was held by the device, nor waited for a CPU: its turns at the GIL beside the producer's and
+    the finisher's Python, and its waits for their chunks (the first chunk's preparation, the last one's finishing).
+    The wall is the device's seconds, this thread's own CPU seconds, its run-queue wait and these (None on other
+    devices, where the device runs beside the thread)."""
+    clock = meter.clock
+    if clock is None or clock.queued or meter.queued != meter.queued:
+        return None
+    return round(meter.seconds - meter.device_seconds - meter.driving_cpu - meter.queued, 3)
 
 
 def _figures(value: float, digits: int = 4) -> float:
@@ -636,6 +655,7 @@ COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "hos
            ("host_sys_ms_per_pair", "of which kernel"),
            ("device_ms_per_pair", "device ms/pair"), ("overlap", "wall/max(host, device)"),
            ("queued_s", "run-queue wait s"), ("overlap_own_core", "same, less the wait"),
+           ("driving_cpu_s", "driving thread CPU s"), ("driving_wait_s", "driving thread's other waits s"),
            ("floor_replay", "replay s"), ("floor_bare", "bare s"), ("bare_budget", "bare budget"),
            ("floor_arithmetic", "arithmetic s"), ("floor", "least"), ("floor_ratio", "floor/babelprobe"),
            ("floor_cpu_ratio", "floor/babelprobe (CPU s)"),

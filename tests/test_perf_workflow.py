@@ -83,6 +83,7 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path, device):
     if device == "simulated-gpu":
         assert all(0 <= phases[name]["gpu_busy"] <= 1 for name in ("direct", "meta"))  # tiny: ~0 busy
     assert "simulated" in report["run"]["hardware"] and "wall/max(host, device)" in table
+    assert "| driving thread CPU s |" in table
     # the meta phase profiled: its Chrome trace (the stand-in's operators) and the operators' totals
     with gzip.open(tmp_path / "meta.json.gz", "rt") as trace:
         assert any("aten::" in event.get("name", "") for event in json.load(trace)["traceEvents"])
@@ -93,6 +94,14 @@ def test_the_simulated_device_reports_host_device_and_overlap(tmp_path, device):
         assert row["host_ms_per_pair"] > 0 and row["device_ms_per_pair"] > 0 and row["overlap"] > 0, name
         tick = 1000 * 0.02 / report["run"]["pairs_total"]  # os.times counts the kernel's share in 10 ms ticks
         assert 0 <= row["host_sys_ms_per_pair"] <= row["host_ms_per_pair"] + tick, name
+        # the driving thread's CPU is part of the process's; on the synchronous device the thread is held for the
+        # device's seconds without running, so its CPU, the device's time and its run-queue wait fit in the wall
+        # (the device's sleeps keep to its charges within one oversleep, a few ms)
+        assert 0 < row["driving_cpu_s"] <= row["cpu_seconds"] + 0.01, name
+        if device == "simulated":
+            assert row["driving_wait_s"] >= -0.02, name
+        else:
+            assert row["driving_wait_s"] is None, name
     assert phases["extract"]["floor"] == "fused into direct"
     # the store written in direct's passes: whether its writer set the pace (the loop's wait, the drain after)
     direct = phases["direct"]
