@@ -24,8 +24,8 @@ the device it waits until the thread holding the GIL is asked to give it up, eve
 sooner (meta scoring of 9,180 pairs on perf/simulated.py's 8B stand-in: wall ÷ max(host, device), the
 median of 6 runs each, 1.36 at 5 ms and 1.31 at 0.2 ms; later, on another machine, the driving thread's
 waits beside its own CPU and the device's time were 1.09-1.36 s at 0.2 ms and 0.74-0.88 s at 0.05 ms, and
-no shorter at 0.01-0.02 ms: perf/README.md "The driving thread's time"). Taking turns still costs a real model's launches
-most: a transformers Llama forward launches a few dozen operators per layer, each one a turn, and
+no shorter at 0.01-0.02 ms: perf/README.md "The driving thread's time"). Taking turns still costs a real
+model's launches most: a transformers Llama forward launches a few dozen operators per layer, each one a turn, and
 `perf/gil.py` measures its 32 layers' launches 2.3x slower beside the producer's `MetaScorer.prepare` (2.7x
 beside the finishing step) than alone; a producer in a process of its own would not take those turns,
 but on perf/simulated.py's device it gained nothing and cost seconds of CPU a run (perf/README.md, "A producer
