@@ -40,9 +40,9 @@ thread that drives the device also waits for a CPU (its run-queue wait, from /pr
 table gives that wait and the ratio with it taken off the wall. Two columns account for the wall of the thread
 that drives the device: its own CPU seconds (launches, the prefix trees' per-pass steps) and, on the synchronous
 simulated device, the rest of its time that is neither that, nor the device's, nor the run-queue wait (its turns
-at the GIL beside the producer and the finisher, and its waits for their chunks). On that device the three are
-what the wall has beyond the device's time. Where a phase writes the activation store (direct,
-or a separate extraction), three columns say whether the store set its pace: how long the phase's loop waited for
+at the GIL beside the producer and the finisher, its waits for their chunks and for the store's writer). On that
+device the three are what the wall has beyond the device's time. Where a phase writes the activation store
+(direct, or a separate extraction), three columns say whether the store set its pace: how long the phase's loop waited for
 room in the store writer's queue, how long the shards still queued took after the last batch (the drain), and the
 shard writers' busy share (`StoreWriting`); a fourth gives the store's size on disk (a text is stored once).
 Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
@@ -624,8 +624,8 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
 def _driving_wait(meter: Meter) -> float | None:
     """On the synchronous simulated device, the seconds of the phase in which the thread that drives the device
     neither ran, nor was held by the device, nor waited for a CPU: its turns at the GIL beside the producer's and
-    the finisher's Python, and its waits for their chunks (the first chunk's preparation, the last one's finishing).
-    The wall is the device's seconds, this thread's own CPU seconds, its run-queue wait and these (None on other
+    the finisher's Python, its waits for their chunks (the first chunk's preparation, the last one's finishing) and,
+    where the phase writes the store, for room in the writer's queue and for its drain. The wall is the device's seconds, this thread's own CPU seconds, its run-queue wait and these (None on other
     devices, where the device runs beside the thread)."""
     clock = meter.clock
     if clock is None or clock.queued or meter.queued != meter.queued:
