@@ -42,10 +42,10 @@ that drives the device: its own CPU seconds (launches, the prefix trees' per-pas
 simulated device, the rest of its time that is neither that, nor the device's, nor the run-queue wait (its turns
 at the GIL beside the producer and the finisher, its waits for their chunks and for the store's writer). On that
 device the three are what the wall has beyond the device's time. Where a phase writes the activation store
-(direct, or a separate extraction), three columns say whether the store set its pace: how long the phase's loop waited for
-room in the store writer's queue, how long the shards still queued took after the last batch (the drain), and the
-shard writers' busy share (`StoreWriting`); a fourth gives the store's size on disk (a text is stored once).
-Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
+(direct, or a separate extraction), three columns say whether the store set its pace: how long the phase's loop
+waited for room in the store writer's queue, how long the shards still queued took after the last batch (the
+drain), and the shard writers' busy share (`StoreWriting`); a fourth gives the store's size on disk (a text is
+stored once). Compare's direct scoring fills the activation store in its own forward passes (`extract/fused.py`), so the
 extract phase only checks the store; `--separate` runs extraction as a pass of its own.
 
 A warm-up runs before anything is timed. With `--repeat R` compare, the floors and the baselines take turns
@@ -625,8 +625,9 @@ def _driving_wait(meter: Meter) -> float | None:
     """On the synchronous simulated device, the seconds of the phase in which the thread that drives the device
     neither ran, nor was held by the device, nor waited for a CPU: its turns at the GIL beside the producer's and
     the finisher's Python, its waits for their chunks (the first chunk's preparation, the last one's finishing) and,
-    where the phase writes the store, for room in the writer's queue and for its drain. The wall is the device's seconds, this thread's own CPU seconds, its run-queue wait and these (None on other
-    devices, where the device runs beside the thread)."""
+    where the phase writes the store, for room in the writer's queue and for its drain. The wall is the device's
+    seconds, this thread's own CPU seconds, its run-queue wait and these (None on other devices, where the device
+    runs beside the thread)."""
     clock = meter.clock
     if clock is None or clock.queued or meter.queued != meter.queued:
         return None
