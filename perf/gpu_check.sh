@@ -25,7 +25,9 @@
 #   Since 2026-11-30 also `pages` (perf/store_pages.py, ~2-3 min): whether this machine's store writes are faster
 #   with each shard's pages dropped from the page cache, what that costs the probe phase's reads, and what the
 #   shards' fsyncs cost (whether the disk sets direct's pace), and `tests` (~1-2 min): the family suite's model checks
-#   with babelprobe on the GPU against HF on the CPU, the first check of the engine's numbers on a GPU.
+#   with babelprobe on the GPU against HF on the CPU, the first check of the engine's numbers on a GPU. `budgets`
+#   (~2 min): the workflow at 9,180 pairs at babelprobe's default budget (4,096 tokens, the acceptance command's)
+#   and at the 16,384 these steps use, twice each in turns: whether the default should depend on the device.
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -180,6 +182,15 @@ ab)
         # into two files (at most 8 come back from a call)
         for kind in md log; do { echo "## $name"; cat "$OUT/$name.$kind"; echo; } >> "$OUT/ab.$kind"; done
         rm -f "$OUT/$name".{md,log,json}
+    done
+    ;;
+budgets)
+    # babelprobe's default budget against the one these steps use, in turns (4096, 16384, 16384, 4096)
+    for name in 4096-1 16384-1 16384-2 4096-2; do
+        say "budget ${name%%-*}: the workflow at 9,180 pairs, no floors"
+        step "budget-$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16 --batch-tokens "${name%%-*}"
+        for kind in md log; do { echo "## budget $name"; cat "$OUT/budget-$name.$kind"; echo; } >> "$OUT/budgets.$kind"; done
+        rm -f "$OUT/budget-$name".{md,log,json}
     done
     ;;
 floors)
