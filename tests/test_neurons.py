@@ -130,6 +130,26 @@ def test_lape_of_a_hand_case():
     assert default["selected"].sum() == round(0.01 * 4)  # 0 neurons at 1% of 4
 
 
+def test_a_selection_where_no_neuron_has_a_language_reads_back(tmp_path):
+    """Every activation probability at 1 (OLMo-2's tiny random model): τ_bar is 1, no neuron belongs to a language,
+    lape.csv's `languages` column is all empty, and pandas reads it as float NaN; it reads back as empty strings,
+    without pandas' warning that filling floats with a string will raise."""
+    import warnings
+
+    from babelprobe.neurons.lape import Lape
+    from babelprobe.tables import write_table
+
+    lape = select_lape(NeuronStats(np.full((1, 4, 2), 10), [10, 10], ["en", "de"]), top_rate=0.5)
+    assert (lape.table["languages"] == "").all()
+    write_table(lape.table, tmp_path / "lape.csv")
+    write_table(lape.counts, tmp_path / "neurons.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = Lape.read(tmp_path, ["en", "de"], [0.5])
+    assert back.table["languages"].tolist() == [""] * 4
+    assert back.neurons("en") == {} and back.neurons("de") == {}
+
+
 def test_the_selection_equals_torch_steps_of_the_released_identify():
     """Random counts through the released identify.py's steps, written here in torch (kthvalue, topk of the
     smallest, NaN → 0): the same τ, τ_bar, LAPE, selected neurons and languages as select_lape."""

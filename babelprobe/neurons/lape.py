@@ -159,7 +159,8 @@ class Lape:
 
         directory = Path(directory)
         table = read_table(directory / "lape.csv")
-        table["languages"] = table["languages"].fillna("").astype(str)
+        # an all-empty column is read as float NaN: as strings first (filling floats with "" will raise in pandas 4)
+        table["languages"] = table["languages"].astype("string").fillna("").astype(str)
         return cls(table=table, counts=read_table(directory / "neurons.csv"), languages=list(languages),
                    top_rates=tuple(float(r) for r in top_rates), tau=tau, bar=bar,
                    n_layers=int(table["layer"].nunique()), width=int(table["neuron"].max()) + 1)
