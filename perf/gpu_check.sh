@@ -188,8 +188,11 @@ budgets)
     # babelprobe's default budget against the one these steps use, in turns (4096, 16384, 16384, 4096)
     for name in 4096-1 16384-1 16384-2 4096-2; do
         say "budget ${name%%-*}: the workflow at 9,180 pairs, no floors"
-        step "budget-$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16 --batch-tokens "${name%%-*}"
-        for kind in md log; do { echo "## budget $name"; cat "$OUT/budget-$name.$kind"; echo; } >> "$OUT/budgets.$kind"; done
+        step "budget-$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16 \
+            --batch-tokens "${name%%-*}"
+        for kind in md log; do
+            { echo "## budget $name"; cat "$OUT/budget-$name.$kind"; echo; } >> "$OUT/budgets.$kind"
+        done
         rm -f "$OUT/budget-$name".{md,log,json}
     done
     ;;
@@ -228,7 +231,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, wait, tests, pages, ab, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, wait, tests, pages, ab, budgets, floors or solver"; exit 2
     ;;
 esac
 say "done"
