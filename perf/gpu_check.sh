@@ -111,6 +111,14 @@ step() {
     return $rc
 }
 
+# gather NAME INTO: step NAME's table and log appended to INTO.md and INTO.log under a heading, its own files removed
+# (at most 8 files come back from a call)
+gather() {
+    local kind
+    for kind in md log; do { echo "## $1"; cat "$OUT/$1.$kind"; echo; } >> "$OUT/$2.$kind"; done
+    rm -f "$OUT/$1".{md,log,json}
+}
+
 # both model phases under torch's profiler at 2,040 pairs (`look`, `profiles`)
 profile_both() {
     say "P: the meta phase profiled at 2,040 pairs"
@@ -179,9 +187,7 @@ ab)
         tree=perf; [ "${name%%-*}" = before ] && tree=.gpu/before/perf
         say "$name ($tree): the workflow at 9,180 pairs, no floors"
         PERF=$tree step "$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16
-        # into two files (at most 8 come back from a call)
-        for kind in md log; do { echo "## $name"; cat "$OUT/$name.$kind"; echo; } >> "$OUT/ab.$kind"; done
-        rm -f "$OUT/$name".{md,log,json}
+        gather "$name" ab
     done
     ;;
 budgets)
@@ -190,10 +196,7 @@ budgets)
         say "budget ${name%%-*}: the workflow at 9,180 pairs, no floors"
         step "budget-$name" 100 --pairs 135 --no-floors --probe-layers 0 --store-dtype bfloat16 \
             --batch-tokens "${name%%-*}"
-        for kind in md log; do
-            { echo "## budget $name"; cat "$OUT/budget-$name.$kind"; echo; } >> "$OUT/budgets.$kind"
-        done
-        rm -f "$OUT/budget-$name".{md,log,json}
+        gather "budget-$name" budgets
     done
     ;;
 floors)
