@@ -169,6 +169,35 @@ def test_prefix_tree_against_a_trie_of_prefixes():
         assert sum(len(firsts) for firsts, _ in tree.levels) == len(starts)
 
 
+@pytest.mark.parametrize("cells", [None, 0], ids=["numpy", "python"])
+def test_sequences_sorted_as_python_sorts_their_tuples(monkeypatch, cells):
+    """`_sorted_prefixes` (the first `lengths` tokens of each sequence) against Python's `sorted` of those tokens
+    as tuples, ties in index order, and the common prefix of each with the one before counted token by token:
+    with repeats, prefixes of others, sequences longer than what is sorted of them and token 0; in numpy and,
+    past `SORT_CELLS`, in Python."""
+    import babelprobe.benchmarks.core.prefix as prefix
+
+    if cells is not None:
+        monkeypatch.setattr(prefix, "SORT_CELLS", cells)
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        vocab = int(rng.choice([1, 2, 3, 1000]))
+        many = 3000 if trial % 10 == 0 else 60  # many ties: a sort that is not stable shows
+        sequences = [rng.integers(0, vocab, size=rng.integers(1, 12)).tolist() for _ in range(rng.integers(1, many))]
+        sequences += [list(sequences[0]), sequences[-1][:1], [*sequences[0], 0]]
+        lengths = [int(rng.integers(1, len(s) + 1)) for s in sequences]
+        keys = [tuple(s[:k]) for s, k in zip(sequences, lengths)]
+        expected = sorted(range(len(keys)), key=keys.__getitem__)
+        order, common = prefix._sorted_prefixes(sequences, lengths)
+        assert order.tolist() == expected, trial
+        previous = [()] + [keys[i] for i in expected[:-1]]
+        shared = [next((j for j, (a, b) in enumerate(zip(k, p)) if a != b), min(len(k), len(p)))
+                  for k, p in zip((keys[i] for i in expected), previous)]
+        assert common.tolist() == shared, trial
+    order, common = prefix._sorted_prefixes([], [])
+    assert order.size == common.size == 0
+
+
 @pytest.mark.parametrize(("room_budgets", "past", "chunk_budgets"), [(None, 8, 16), (3, 3, 3), (0.5, 1, 2)],
                          ids=["ample", "small-gpu", "tiny-gpu"])
 def test_accelerator_plans_fit_the_device_memory(tiny, monkeypatch, room_budgets, past, chunk_budgets):

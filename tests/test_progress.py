@@ -291,12 +291,16 @@ def tricky_table(n: int, seed: int) -> pd.DataFrame:
         "score": floats, "n": rng.integers(-5, 10**12, n), "flag": rng.random(n) < 0.5})
 
 
-def test_a_table_joined_from_its_chunks_lines_is_the_table_pandas_writes(tmp_path):
-    """`write_csv_rows` joins the lines each chunk made (`csv_rows`, in any order of rows) into the very bytes
-    `write_table` writes for the whole table; where a chunk's lines cannot stand for the whole (a column's dtype
-    differs: integers beside missing ones read as floats; categories; a cell holding the record separator) the
-    table is formatted whole, the same bytes again."""
+@pytest.mark.parametrize("piece_rows", [128, 5], ids=["pieces-of-128", "pieces-of-5"])
+def test_a_table_joined_from_its_chunks_lines_is_the_table_pandas_writes(tmp_path, monkeypatch, piece_rows):
+    """`write_csv_rows` joins the lines each chunk made (`csv_rows`, in any order of rows, pandas' writer called on
+    a few rows at a time) into the very bytes `write_table` writes for the whole table; where a chunk's lines
+    cannot stand for the whole (a column's dtype differs: integers beside missing ones read as floats; categories;
+    a cell holding the record separator) the table is formatted whole, the same bytes again."""
+    import babelprobe.tables as tables
     from babelprobe.tables import csv_rows, write_csv_rows, write_table
+
+    monkeypatch.setattr(tables, "CSV_PIECE_ROWS", piece_rows)
 
     whole = tricky_table(60, seed=1)
     chunks = [whole.iloc[a:b].reset_index(drop=True) for a, b in ((0, 7), (7, 31), (31, 60))]

@@ -139,8 +139,8 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
     """The host work of `shared_prefix_logprobs` (module docstring)."""
     score_from, unique, encodings, targets = _distinct_requests(lm, texts, score_from, names, truncate)
     # A text's model inputs: its tokens up to (not including) its last scored token.
-    inputs = {i: tuple(enc.ids[:positions[-1]]) for i, (enc, positions) in enumerate(zip(encodings, targets))
-              if positions}
+    texts_in = np.array([i for i, positions in enumerate(targets) if positions], dtype=np.int64)
+    n_inputs = np.array([targets[i][-1] for i in texts_in.tolist()], dtype=np.int64)
     first_slot = np.concatenate([[0], np.cumsum([len(t) for t in targets])])
     pin, past = lm.device.type == "cuda", past_budget(lm.device)
     kv, room = _kv_bytes_per_token(lm), kv_room(lm) if past is not None else None
@@ -151,13 +151,13 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
     elif chunk_tokens is None:
         kept = CHUNK_KV_BYTES if room is None else min(CHUNK_KV_BYTES, room)
         chunk_tokens = max(2 * batch_tokens, min(2 * batch_tokens * past, kept // kv))
-    order = sorted(inputs, key=inputs.get)
-    common = _common_prefixes([inputs[i] for i in order])
+    sorting, common = _sorted_prefixes([encodings[i].ids for i in texts_in.tolist()], n_inputs.tolist())
+    order, n_inputs = texts_in[sorting].tolist(), n_inputs[sorting]
     chunks, slots = [], []
-    for lo, hi in _prefix_chunks([len(inputs[i]) for i in order], common, chunk_tokens):
+    for lo, hi in _prefix_chunks(n_inputs.tolist(), common.tolist(), chunk_tokens):
         chunk = order[lo:hi]
         ids = _padded([encodings[i].ids for i in chunk])  # a chunk's texts as rows of one array
-        tree = _PrefixTree(ids, np.array([len(inputs[i]) for i in chunk]), np.array([0, *common[lo + 1:hi]]))
+        tree = _PrefixTree(ids, n_inputs[lo:hi], np.concatenate([[0], common[lo + 1:hi]]))
         batches = _plan_tree(tree, ids, [targets[i] for i in chunk], first_slot[chunk], batch_tokens, past,
                              pass_tokens(lm.device), lm.pad_token_id, pin)
         slots += [batch["slots"] for batch in batches if batch["slots"] is not None]
@@ -204,18 +204,49 @@ def run_prefix(lm: LoadedModel, plan: PrefixPlan, progress: bool = False) -> Rea
         return Readback(torch.cat(pending) if pending else torch.zeros(0, dtype=torch.float64))
 
 
+PAD_ROWS = 1024  # `_padded` reads the sequences this many at a time (each read holds the GIL: ~1 ms)
+
+
 def _padded(sequences: list[list[int]]) -> np.ndarray:
-    """Token sequences as rows of one array, -1 after each one's end."""
+    """Token sequences as rows of one array, -1 after each one's end. Read in pieces: one read of a meta chunk's
+    16,000 sequences held the GIL ~17 ms, the thread that drives the device waiting beside it."""
     lengths = np.fromiter(map(len, sequences), dtype=np.int64, count=len(sequences))
     out = np.full((len(sequences), int(lengths.max(initial=0))), -1, dtype=np.int64)
-    out[np.arange(out.shape[1]) < lengths[:, None]] = np.fromiter(chain.from_iterable(sequences), dtype=np.int64,
-                                                                  count=int(lengths.sum()))
+    flat = [np.fromiter(chain.from_iterable(sequences[k:k + PAD_ROWS]), dtype=np.int64,
+                        count=int(lengths[k:k + PAD_ROWS].sum())) for k in range(0, len(sequences), PAD_ROWS)]
+    out[np.arange(out.shape[1]) < lengths[:, None]] = np.concatenate(flat) if flat else np.zeros(0, dtype=np.int64)
     return out
 
 
 def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The ranges [starts[i], starts[i] + counts[i]) one after another (a concatenation of aranges, no loop)."""
     return np.repeat(starts - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+
+
+SORT_CELLS = 1 << 25  # `_sorted_prefixes` sorts in numpy up to this many padded ids (256 MB of int64), else in Python
+
+
+def _sorted_prefixes(sequences: list[list[int]], lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The order of the sequences' first `lengths` tokens (each a tuple: a prefix before what it starts, equal
+    ones by index) and, in that order, how many leading tokens each shares with the one before (0 for the first).
+
+    Sorted in numpy (`lexsort`, on the sequences padded with -1, which comes before every token id), which
+    releases the GIL: Python's `sorted` over tuples held it ~60 ms at a time for a meta chunk of 4,000 pairs,
+    the thread that drives the device waiting that long beside it (perf/README.md, "The producer's sort")."""
+    n, lengths = len(sequences), np.asarray(lengths, dtype=np.int64)
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if n * max(map(len, sequences)) > SORT_CELLS:  # a few very long texts among many: the padded array would not pay
+        keys = [tuple(s[:k]) for s, k in zip(sequences, lengths.tolist())]
+        order = sorted(range(n), key=keys.__getitem__)
+        return np.array(order, dtype=np.int64), np.array(_common_prefixes([keys[i] for i in order]), dtype=np.int64)
+    rows = _padded(sequences)
+    rows[np.arange(rows.shape[1]) >= lengths[:, None]] = -1  # each sequence's first `lengths` tokens
+    order = np.lexsort(rows.T[::-1])  # the first column the primary key; stable
+    rows = rows[order]
+    differ = rows[1:] != rows[:-1]  # two rows differ first at a token or where the shorter one ends
+    common = np.where(differ.any(1), differ.argmax(1), lengths[order][1:])  # equal rows: the whole
+    return order, np.concatenate([[0], common]).astype(np.int64)
 
 
 def _common_prefixes(sequences: list[tuple]) -> list[int]:
