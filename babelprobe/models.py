@@ -275,6 +275,12 @@ class LoadedModel:
         return out
 
 
+# `tokenize` frees the tokenizer's encodings this many at a time: freeing is one step of the interpreter, which holds
+# the GIL throughout, and a pipeline's producer tokenises while another thread drives the device (perf/README.md,
+# "The producer's sort; shorter holds of the GIL")
+FREE_PIECE = 1024
+
+
 def tokenize(tokenizer, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
     """Each text's token ids and character spans, without special tokens: the fast tokenizer's Rust backend
     called as the transformers wrapper calls it (no truncation, no padding, special tokens written in the
@@ -291,7 +297,12 @@ def tokenize(tokenizer, texts: list[str]) -> list[tuple[list[int], list[tuple[in
     split = bool(getattr(tokenizer, "split_special_tokens", False))
     if backend.encode_special_tokens != split:
         backend.encode_special_tokens = split
-    return [(e.ids, e.offsets) for e in backend.encode_batch(list(texts), add_special_tokens=False)]
+    encodings = backend.encode_batch(list(texts), add_special_tokens=False)
+    out = [(e.ids, e.offsets) for e in encodings]
+    while encodings:  # the tokenizer's objects freed in pieces: 16,000 at once held the GIL ~45 ms (`FREE_PIECE`)
+        del encodings[-FREE_PIECE:]
+    return out
+
 
 
 # ---------------------------------------------------------------------------------------------- loading

@@ -117,6 +117,9 @@ def pipelined(chunks: Iterable, prepare: Callable, run: Callable, finish: Callab
                 if len(finishing) >= MAX_FINISHING:
                     finishing[-MAX_FINISHING].result()  # memory bound; raises a finishing error here
                 finishing.append(after.submit(finished, k, ran))
+                # the finishing thread now holds the chunk's last reference, and frees its objects there (a meta
+                # chunk's plan: ~30 ms of the interpreter's time, which this thread would spend between two runs)
+                del ready, ran
             return [future.result() for future in finishing]
         except BaseException:
             upcoming.cancel()

@@ -44,6 +44,36 @@ def test_the_next_chunk_is_prepared_and_the_last_finished_while_one_runs():
     assert overlapped == [True] * 6
 
 
+def test_a_finished_chunk_is_freed_on_the_finishing_thread():
+    """The thread that drives the device keeps no reference to a chunk it has handed on: the chunk's objects are
+    freed on the finishing thread, not between two of the device's runs. Finish k returns once run k + 1 has
+    started (the driving thread has handed chunk k on), and run k + 1 waits up to a second for chunk k to be
+    freed: were the driving thread still holding it, it would be freed there after the wait."""
+    freed, gone, started = {}, {k: threading.Event() for k in range(5)}, {k: threading.Event() for k in range(5)}
+
+    class Chunk:
+        def __init__(self, k):
+            self.k = k
+
+        def __del__(self):
+            freed[self.k] = threading.current_thread().name
+            gone[self.k].set()
+
+    def run(chunk):
+        started[chunk.k].set()
+        if chunk.k >= 1:
+            gone[chunk.k - 1].wait(timeout=1)
+        return chunk
+
+    def finish(chunk):
+        if chunk.k + 1 < 5:
+            assert started[chunk.k + 1].wait(timeout=10)
+        return chunk.k
+
+    assert pipelined(range(5), Chunk, run, finish) == list(range(5))
+    assert all(freed[k].startswith("babelprobe-finish") for k in range(4)), freed
+
+
 @pytest.mark.parametrize("stage", ["prepare", "run", "finish", "done"])
 def test_the_first_error_of_any_stage_is_raised_and_stops_the_rest(stage):
     started = []
