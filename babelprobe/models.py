@@ -304,7 +304,6 @@ def tokenize(tokenizer, texts: list[str]) -> list[tuple[list[int], list[tuple[in
     return out
 
 
-
 # ---------------------------------------------------------------------------------------------- loading
 
 def load_model(spec: str = "default", device: str | torch.device | None = None,
