@@ -139,8 +139,8 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
     """The host work of `shared_prefix_logprobs` (module docstring)."""
     score_from, unique, encodings, targets = _distinct_requests(lm, texts, score_from, names, truncate)
     # A text's model inputs: its tokens up to (not including) its last scored token.
-    texts_in = np.array([i for i, positions in enumerate(targets) if positions], dtype=np.int64)
-    n_inputs = np.array([targets[i][-1] for i in texts_in.tolist()], dtype=np.int64)
+    texts_in = [i for i, positions in enumerate(targets) if positions]
+    n_inputs = np.array([targets[i][-1] for i in texts_in], dtype=np.int64)
     first_slot = np.concatenate([[0], np.cumsum([len(t) for t in targets])])
     pin, past = lm.device.type == "cuda", past_budget(lm.device)
     kv, room = _kv_bytes_per_token(lm), kv_room(lm) if past is not None else None
@@ -151,8 +151,8 @@ def plan_prefix(lm: LoadedModel, texts: list[str], score_from: list[int] | None 
     elif chunk_tokens is None:
         kept = CHUNK_KV_BYTES if room is None else min(CHUNK_KV_BYTES, room)
         chunk_tokens = max(2 * batch_tokens, min(2 * batch_tokens * past, kept // kv))
-    sorting, common = _sorted_prefixes([encodings[i].ids for i in texts_in.tolist()], n_inputs.tolist())
-    order, n_inputs = texts_in[sorting].tolist(), n_inputs[sorting]
+    sorting, common = _sorted_prefixes([encodings[i].ids for i in texts_in], n_inputs)
+    order, n_inputs = [texts_in[k] for k in sorting.tolist()], n_inputs[sorting]
     chunks, slots = [], []
     for lo, hi in _prefix_chunks(n_inputs.tolist(), common.tolist(), chunk_tokens):
         chunk = order[lo:hi]
@@ -226,7 +226,7 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 SORT_CELLS = 1 << 25  # `_sorted_prefixes` sorts in numpy up to this many padded ids (256 MB of int64), else in Python
 
 
-def _sorted_prefixes(sequences: list[list[int]], lengths: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _sorted_prefixes(sequences: list[list[int]], lengths) -> tuple[np.ndarray, np.ndarray]:
     """The order of the sequences' first `lengths` tokens (each a tuple: a prefix before what it starts, equal
     ones by index) and, in that order, how many leading tokens each shares with the one before (0 for the first).
 
@@ -246,7 +246,7 @@ def _sorted_prefixes(sequences: list[list[int]], lengths: list[int]) -> tuple[np
     rows = rows[order]
     differ = rows[1:] != rows[:-1]  # two rows differ first at a token or where the shorter one ends
     common = np.where(differ.any(1), differ.argmax(1), lengths[order][1:])  # equal rows: the whole
-    return order, np.concatenate([[0], common]).astype(np.int64)
+    return order, np.concatenate([[0], common])
 
 
 def _common_prefixes(sequences: list[tuple]) -> list[int]:
