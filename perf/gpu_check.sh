@@ -28,6 +28,9 @@
 #   with babelprobe on the GPU against HF on the CPU, the first check of the engine's numbers on a GPU. `budgets`
 #   (~2 min): the workflow at 9,180 pairs at babelprobe's default budget (4,096 tokens, the acceptance command's)
 #   and at the 16,384 these steps use, twice each in turns: whether the default should depend on the device.
+#   On 2026-11-30 `tests; ab` (258 s: the suite passed on the GPU), `LIMIT=380 ... quarter` (202 s) and `budgets`
+#   (174 s; meta 5-7% faster at 16,384, direct the same). Next: `workers` (~2.5 min: the probe phase with 2, 3 and 4
+#   groups in flight, in turn on one store), then `floors` and `quarter`.
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -88,7 +91,7 @@ say() { echo "== $(( $(date +%s) - START )) s: $*"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 case "$STEP" in  # the steps that run the Llama shapes need the tokenizer
-tests|pages|wait|matmul|solver) ;;
+tests|pages|wait|matmul|solver|probe|workers) ;;
 *) [ -f "$TOK/tokenizer.json" ] || { echo "no $TOK: run 'bash perf/gpu_check.sh prepare' here and carry .gpu"; exit 2; } ;;
 esac
 WORK=/tmp/bp-work
@@ -166,6 +169,16 @@ probe)
     # one 8B shard read back to the GPU as a probe group is (staged, page-locked) against HDF5's read, ~10 s
     timeout 60 $PY perf/store_floor.py --repeat 3 --read-device cuda --tmp "$WORK" 2>&1 | tail -n 7
     ;;
+workers)
+    # the probe phase with 2, 3 and 4 groups in flight, in turn, on one store of two languages' 8 groups at a
+    # quarter's size (1,796 items × 33 layers × 4096, bfloat16; ~70 s to write): on 2026-11-30 a quarter's phase
+    # took 40.4 s with the H200 busy 0.59, ~0.59 s a group against ~0.35 s of fits, as if each group's read and
+    # tables took twice its fits and 2 in flight could not hide them, ~2.5 min
+    mkdir -p "$WORK"
+    timeout 240 $PY perf/probe_phase.py --pairs quarter --languages 2 --d-model 4096 --on-disk bfloat16 --repeat 3 \
+        --workers 2,3,4 --tmp "$WORK" 2>&1 | tee "$OUT/probe-workers.txt"
+    rm -rf "${WORK:?}"/*
+    ;;
 wait)
     # what a thread waiting on the device costs the host: CUDA's default event against babelprobe's blocking one
     # and a synchronising read (perf/event_wait.py: the waiting thread's CPU per second of waiting, the driver calls
@@ -234,7 +247,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, matmul, wait, tests, pages, ab, budgets, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, workers, matmul, wait, tests, pages, ab, budgets, floors or solver"; exit 2
     ;;
 esac
 say "done"

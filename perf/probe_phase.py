@@ -21,6 +21,10 @@ first round under torch's profiler (a Chrome trace and, at FILE.txt, `trace_gaps
     OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --acts runs/x/acts --repeat 3
     OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --pairs quarter --layers 33 --d-model 16 --repeat 2
     python perf/probe_phase.py --pairs quarter --languages 1 --d-model 4096 --on-disk bfloat16 --profile t.json.gz
+    python perf/probe_phase.py --pairs quarter --languages 2 --d-model 4096 --on-disk bfloat16 --workers 2,3,4
+
+`--workers 2,3,4` runs each round once per count of groups in flight, in turn, on the same store (on a GPU the
+sweep keeps 2: one group read and tabled on the host while the other is solved).
 """
 
 from __future__ import annotations
@@ -50,13 +54,14 @@ from babelprobe.probes.solvers import resolve_device  # noqa: E402
 from babelprobe.probes.source import ArrayStore, group_rows, usable_keys  # noqa: E402
 
 
-def one_round(acts, settings, fits: floors.FitCalls, out: Path, profile: Path | None = None) -> dict:
-    """The phase once (the sweep, then its result written), its solver calls recorded; then their replay (on the
-    device the probes ran on)."""
+def one_round(acts, settings, fits: floors.FitCalls, out: Path, profile: Path | None = None,
+              workers: int | None = None) -> dict:
+    """The phase once (the sweep with `workers` groups in flight, then its result written), its solver calls
+    recorded; then their replay (on the device the probes ran on)."""
     device = resolve_device(None)
     fits.calls.clear()
     fits.recording = True
-    sweep = partial(probe, acts, settings, progress=False)
+    sweep = partial(probe, acts, settings, progress=False, workers=workers)
     start = time.perf_counter()
     result = (profiled(sweep, profile, device) if profile else sweep)()
     swept = time.perf_counter()
@@ -100,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, metavar="FILE", help="the first round under torch's profiler: "
                         "a gzipped Chrome trace here, trace_gaps' summary at FILE.txt")
     parser.add_argument("--tmp", type=Path, default=None, help="where the results are written (a temporary folder)")
+    parser.add_argument("--workers", type=worker_counts, default=[None], metavar="N[,N...]",
+                        help="groups in flight (default: the sweep's own, `probes.run.group_workers`: 2 on a GPU); "
+                        "several: each round runs each in turn on the same store")
     args = parser.parse_args(argv)
     if args.acts and not (args.acts / "manifest.json").exists():
         parser.error(f"--acts {args.acts}: no activation store there (no manifest.json)")
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.acts and args.on_disk:
         parser.error("--on-disk writes --pairs' activations; --acts is a store already")
     settings = replace(CompareSettings().probe, folds=args.folds)
-    ratios = []
+    ratios = {workers: [] for workers in args.workers}
     with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         acts = args.acts or synthetic_store(args.pairs, args.layers, args.d_model, args.languages)
         if args.on_disk:
@@ -122,21 +130,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {len(store.keys)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
               f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, on {resolve_device(None)}, "
               f"{torch.get_num_threads()} thread(s)")
-        print("| round | phase s | sweep s | write s | replay s (floor) | floor/phase |")
-        print("|---|---|---|---|---|---|")
+        print("| round | workers | phase s | sweep s | write s | replay s (floor) | floor/phase |")
+        print("|---|---|---|---|---|---|---|")
         (Path(tmp) / "out").mkdir()
         for k in range(args.repeat):
-            try:
-                seconds = one_round(acts, settings, fits, Path(tmp) / "out", args.profile if k == 0 else None)
-            except BabelprobeError as err:  # settings the store cannot take (more folds than a group's pairs)
-                print(f"probe_phase.py: {err}", file=sys.stderr)
-                return 2
-            ratios.append(seconds["replay"] / seconds["phase"])
-            print(f"| {k + 1} | {seconds['phase']:.3f} | {seconds['sweep']:.3f} | {seconds['write']:.3f} | "
-                  f"{seconds['replay']:.3f} | {ratios[-1]:.3f} |", flush=True)
-    later = ratios[1:] or ratios  # the first round pays first imports and caches
-    print(f"floor/phase, median of rounds {2 if len(ratios) > 1 else 1}–{len(ratios)}: {statistics.median(later):.3f}")
+            for workers in args.workers:
+                try:
+                    seconds = one_round(acts, settings, fits, Path(tmp) / "out",
+                                        args.profile if k == 0 and workers == args.workers[0] else None, workers)
+                except BabelprobeError as err:  # settings the store cannot take (more folds than a group's pairs)
+                    print(f"probe_phase.py: {err}", file=sys.stderr)
+                    return 2
+                ratios[workers].append(seconds["replay"] / seconds["phase"])
+                print(f"| {k + 1} | {workers or 'default'} | {seconds['phase']:.3f} | {seconds['sweep']:.3f} | "
+                      f"{seconds['write']:.3f} | {seconds['replay']:.3f} | {ratios[workers][-1]:.3f} |", flush=True)
+    for workers, theirs in ratios.items():
+        later = theirs[1:] or theirs  # the first round pays first imports and caches
+        print(f"floor/phase, median of rounds {2 if len(theirs) > 1 else 1}–{len(theirs)}"
+              f"{f' at {workers} workers' if len(ratios) > 1 else ''}: {statistics.median(later):.3f}")
     return 0
+
+
+def worker_counts(text: str) -> list[int]:
+    """--workers: one count or several, comma-separated, each at least 1."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) < len(counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: counts of at least 1, comma-separated, each once")
+    return counts
 
 
 if __name__ == "__main__":

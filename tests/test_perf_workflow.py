@@ -414,7 +414,7 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
                     str(tmp_path / "out"))
     assert ": 24 items, 4 groups of 6–6 items, 3 layers × 8, 3 folds, " in lines[0]
     rounds = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
-    assert len(rounds) == 2 and all(len(line.split("|")) == 8 for line in rounds)
+    assert len(rounds) == 2 and all(len(line.split("|")) == 9 for line in rounds)
     assert lines[-1].startswith("floor/phase, median of rounds 2–2: ")
     assert list((tmp_path / "out").iterdir()) == []
     missing = perf("probe_phase.py", "--acts", str(tmp_path))
@@ -428,12 +428,18 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     assert synthetic.stdout.startswith("synthetic: 272 items, 68 groups of 4–4 items, 2 layers × 4, 2 folds, ")
     both = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--pairs", "2")
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
-    # the first 2 languages' groups written to a bfloat16 store and probed from it, the first round profiled
+    # the first 2 languages' groups written to a bfloat16 store and probed from it, 3 groups in flight, the first
+    # round profiled
     stored = perf("probe_phase.py", "--pairs", "2", "--layers", "2", "--d-model", "4", "--folds", "2",
                   "--repeat", "1", "--languages", "2", "--on-disk", "bfloat16", "--profile",
-                  str(tmp_path / "trace.json.gz"), "--tmp", str(tmp_path / "out"))
+                  str(tmp_path / "trace.json.gz"), "--tmp", str(tmp_path / "out"), "--workers", "3,1")
     assert stored.returncode == 0, stored.stderr[-2000:]
     assert "synthetic (bfloat16 store): 32 items, 8 groups of 4–4 items, 2 layers × 4, 2 folds, " in stored.stdout
+    assert [line.split("|")[2].strip() for line in stored.stdout.splitlines() if line.startswith("| 1 |")] == ["3", "1"]
+    assert "at 3 workers: " in stored.stdout and "at 1 workers: " in stored.stdout
+    for wrong in ("0", "2,2", "two"):
+        refused = perf("probe_phase.py", "--pairs", "2", "--workers", wrong)
+        assert refused.returncode == 2 and "--workers" in refused.stderr and "Traceback" not in refused.stderr
     assert (tmp_path / "trace.json.gz").stat().st_size > 0 and (tmp_path / "trace.json.gz.txt").exists()
     assert list((tmp_path / "out").iterdir()) == []
     refused = perf("probe_phase.py", "--acts", str(tmp_path / "acts"), "--on-disk", "bfloat16")
