@@ -24,7 +24,12 @@ first round under torch's profiler (a Chrome trace and, at FILE.txt, `trace_gaps
     python perf/probe_phase.py --pairs quarter --languages 2 --d-model 4096 --on-disk bfloat16 --workers 2,3,4
 
 `--workers 2,3,4` runs each round once per count of groups in flight, in turn, on the same store (on a GPU the
-sweep keeps 2: one group read and tabled on the host while the other is solved).
+sweep keeps 2: one group read and tabled on the host while the other is solved). `--device simulated` replaces
+the fits by the time an H200 took for them (`SimulatedFits`), so that what the rest of the phase costs beside a
+GPU's fits shows on a machine without one:
+
+    OMP_NUM_THREADS=1 .venv/bin/python perf/probe_phase.py --pairs quarter --languages 2 --d-model 4096 \
+        --on-disk bfloat16 --device simulated --workers 2,3,4 --repeat 2
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -70,6 +77,64 @@ def one_round(acts, settings, fits: floors.FitCalls, out: Path, profile: Path | 
     fits.recording = False
     replay, _ = fits.replay(device)
     return {"phase": done - start, "sweep": swept - start, "write": done - swept, "replay": replay}
+
+
+# One quarter-XCOMPS group's fits on a GPU: the probe phase's device time on the H200 of 2026-11-30 (perf/README.md,
+# "A quarter of XCOMPS in 160 s": 0.392 ms per pair × 61,064 pairs over 68 groups), for problems of that size
+# (1,796 items × 33 layers × 4096 dims × 6 problems: 5 folds and the probe kept)
+GPU_FIT_SECONDS = 0.392e-3 * 61_064 / 68
+GPU_FIT_SIZE = 1_796 * 33 * 4_096 * 6
+GPU_MEMORY_GB = 60.0  # the solvers' budget there (`probes.run.solver_memory_gb`: half of what the H200 had free)
+
+
+class SimulatedFits:
+    """The sweep's fits replaced by a GPU's time for them (`--device simulated`): each `fit_predict` call holds its
+    thread (GIL released) for GPU_FIT_SECONDS scaled by its size, one call at a time (one device), and returns
+    seeded random scores and zero probes of the right shapes. Everything around the fits runs as it is: the
+    store's reads (decoded on the host here, on the device on a GPU), the folds, tables and bootstrap. The groups
+    in flight and the solvers' memory are a GPU's (`probes.run.ACCELERATOR_GROUPS`, GPU_MEMORY_GB). The floor is
+    the device's time. Used as `floors.FitCalls` is: `calls` cleared before a round, `replay` after it."""
+
+    def __init__(self):
+        self.calls: list[float] = []  # the device seconds of each call
+        self.recording = False
+        self.device = threading.Lock()
+
+    def fit_predict(self, X, y, train, C=1.0, *, return_fit: bool = False, **_):
+        from babelprobe.probes.solvers import LinearFit
+
+        n, L, d = X.shape
+        P = len(y)
+        seconds = GPU_FIT_SECONDS * n * L * d * P / GPU_FIT_SIZE
+        with self.device:
+            time.sleep(seconds)
+        self.calls.append(seconds)
+        scores = np.random.default_rng(len(self.calls)).normal(size=(P, L, n))
+        if not return_fit:
+            return scores
+        zeros = np.zeros((P, L, d))
+        return scores, LinearFit(coef=zeros, intercept=np.zeros((P, L)), mean=zeros, scale=np.ones((P, L, d)),
+                                 method="lbfgs", n_iter=np.ones((P, L), np.int64))
+
+    def __enter__(self):
+        import babelprobe.probes.run as runner
+
+        self.runner = runner
+        self.saved = runner.fit_predict, runner.solver_memory_gb, runner.group_workers
+        workers = runner.group_workers
+        runner.fit_predict = self.fit_predict
+        runner.solver_memory_gb = lambda device: GPU_MEMORY_GB
+        runner.group_workers = lambda given, solver, device, n_groups: workers(
+            given or runner.ACCELERATOR_GROUPS, solver, device, n_groups)
+        return self
+
+    def __exit__(self, *exc):
+        self.runner.fit_predict, self.runner.solver_memory_gb, self.runner.group_workers = self.saved
+        return False
+
+    def replay(self, device) -> tuple[float, float]:
+        """The device's seconds in the round (its floor: the fits one after another), and no host CPU."""
+        return sum(self.calls), 0.0
 
 
 def synthetic_store(pairs: int, layers: int, d_model: int, languages: int = len(XCOMPS_LANGUAGES),
@@ -105,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, metavar="FILE", help="the first round under torch's profiler: "
                         "a gzipped Chrome trace here, trace_gaps' summary at FILE.txt")
     parser.add_argument("--tmp", type=Path, default=None, help="where the results are written (a temporary folder)")
+    parser.add_argument("--device", choices=("here", "simulated"), default="here",
+                        help="simulated: the fits take a GPU's time instead (`SimulatedFits`), the rest runs here")
     parser.add_argument("--workers", type=worker_counts, default=[None], metavar="N[,N...]",
                         help="groups in flight (default: the sweep's own, `probes.run.group_workers`: 2 on a GPU); "
                         "several: each round runs each in turn on the same store")
@@ -120,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--on-disk writes --pairs' activations; --acts is a store already")
     settings = replace(CompareSettings().probe, folds=args.folds)
     ratios = {workers: [] for workers in args.workers}
-    with floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+    simulated = args.device == "simulated"
+    with SimulatedFits() if simulated else floors.FitCalls() as fits, tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
         acts = args.acts or synthetic_store(args.pairs, args.layers, args.d_model, args.languages)
         if args.on_disk:
             acts = on_disk(acts, Path(tmp) / "acts", args.on_disk)
@@ -128,9 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [len(rows) for _, rows in group_rows(usable_keys(store, settings.by, settings.pool), settings.by)]
         name = f"{args.acts or 'synthetic'}{f' ({args.on_disk} store)' if args.on_disk else ''}"
         print(f"{name}: {len(store.keys)} items, {len(sizes)} groups of {min(sizes)}–{max(sizes)} items, "
-              f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, on {resolve_device(None)}, "
+              f"{len(store.layers)} layers × {store.d_model}, {args.folds} folds, on "
+              f"{'a simulated GPU (perf/probe_phase.py SimulatedFits)' if simulated else resolve_device(None)}, "
               f"{torch.get_num_threads()} thread(s)")
-        print("| round | workers | phase s | sweep s | write s | replay s (floor) | floor/phase |")
+        floor = "the fits' device s (floor)" if simulated else "replay s (floor)"
+        print(f"| round | workers | phase s | sweep s | write s | {floor} | floor/phase |")
         print("|---|---|---|---|---|---|---|")
         (Path(tmp) / "out").mkdir()
         for k in range(args.repeat):

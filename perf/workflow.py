@@ -227,18 +227,21 @@ def meta_texts(items: pd.DataFrame) -> tuple[list[str], list[int]]:
 # ---------------------------------------------------------------------------------------------- measuring
 
 class Meter:
-    """Wall, CPU (host) and device seconds, peak accelerator memory and GPU-busy share of one phase."""
+    """Wall, CPU (host) and device seconds, peak accelerator memory, GPU-busy share and the CUDA allocator's calls
+    into the driver of one phase."""
 
     def __init__(self, device: torch.device, clock=None):
         self.cuda = device.type == "cuda"
         self.busy: list[float] = []
         self.clock = clock  # the simulated device's (perf/simulated.py), or None
         self.device_seconds = float("nan")
+        self.allocator = None
 
     def __enter__(self):
         if self.cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
+            self._allocator_start = allocator_calls()
             self._sampling = True
             self._thread = threading.Thread(target=self._sample, daemon=True)
             self._thread.start()
@@ -266,6 +269,7 @@ class Meter:
                 self.busy = [min(1.0, self.device_seconds / self.seconds)]
         self.peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if self.cuda else float("nan")
         if self.cuda:
+            self.allocator = "/".join(str(b - a) for a, b in zip(self._allocator_start, allocator_calls(), strict=True))
             self._sampling = False
             self._thread.join()
             if self.busy:
@@ -281,8 +285,20 @@ class Meter:
             time.sleep(0.05)
 
     @property
+    def allocator_said(self) -> str:
+        return f", allocator {self.allocator} (mallocs/frees/retries)" if self.allocator else ""
+
+    @property
     def gpu_busy(self) -> float:
         return float(np.mean(self.busy)) if self.busy else float("nan")
+
+
+def allocator_calls() -> tuple[int, int, int]:
+    """The CUDA caching allocator's cudaMalloc and cudaFree calls and its retries so far. A cudaFree waits for the
+    whole device: a retry (freeing cached blocks to make room after a failed cudaMalloc) leaves the GPU idle while
+    the driving thread waits, then refills the queue."""
+    stats = torch.cuda.memory_stats()
+    return (stats.get("num_device_alloc", 0), stats.get("num_device_free", 0), stats.get("num_alloc_retries", 0))
 
 
 class StoreWriting:
@@ -528,7 +544,7 @@ def said(name: str, meter: Meter | None) -> None:
     busy share and memory."""
     if meter is not None and hasattr(meter, "seconds"):  # not when the phase failed before its meter stopped
         print(f"phase {name}: {meter.seconds:.2f} s, CPU {meter.cpu_seconds:.2f} s, GPU busy {meter.gpu_busy:.2f}, "
-              f"peak {meter.peak_gib:.1f} GiB{meter.store.said(meter.seconds)}", flush=True)
+              f"peak {meter.peak_gib:.1f} GiB{meter.allocator_said}{meter.store.said(meter.seconds)}", flush=True)
 
 
 def say(run: str, seconds: dict) -> None:
@@ -612,7 +628,8 @@ def table(done: list[dict], args, n_pairs: int, flops: dict, rate: float) -> lis
             "flops": flops.get(name), "baseline": BASELINE_NAMES[name] if base[0] else "(skipped)",
             "baseline_seconds": round(min(b[0] for b in base), 3) if base[0] else None,
             "baseline_ratio": _median([b[0] / m.seconds for b, m in zip(base, ours, strict=True)]) if base[0] else None,
-            "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2), "rounds": len(done),
+            "peak_gib": round(best.peak_gib, 2), "gpu_busy": round(best.gpu_busy, 2), "allocator": best.allocator,
+            "rounds": len(done),
             **best.store.row(best.seconds)})
     total = min(r["babelprobe"][1] for r in done)
     all_flops = sum(flops.values())
@@ -661,7 +678,8 @@ COLUMNS = (("phase", "phase"), ("seconds", "seconds"), ("host_ms_per_pair", "hos
            ("floor_arithmetic", "arithmetic s"), ("floor", "least"), ("floor_ratio", "floor/babelprobe"),
            ("floor_cpu_ratio", "floor/babelprobe (CPU s)"),
            ("mfu", "MFU"), ("baseline_seconds", "baseline s"), ("baseline_ratio", "baseline/babelprobe"),
-           ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"), ("store_wait_s", "store: loop's wait s"),
+           ("peak_gib", "peak GiB"), ("gpu_busy", "GPU busy"),
+           ("allocator", "CUDA allocator: mallocs/frees/retries"), ("store_wait_s", "store: loop's wait s"),
            ("store_drain_s", "store: drain s"), ("store_busy", "store writers busy"), ("store_mb", "store MB"))
 
 

@@ -399,6 +399,37 @@ def test_store_reads_reads_both_layouts_alike(tmp_path):
     assert refused.returncode == 2 and "at least 1" in refused.stderr and "Traceback" not in refused.stderr
 
 
+def test_simulated_fits_take_a_gpus_time_one_call_at_a_time(monkeypatch):
+    """perf/probe_phase.py's `--device simulated`: the sweep's fits hold their thread for the H200's time scaled by
+    their size, one call at a time, return scores and probes of the right shapes, and the groups in flight and the
+    solvers' memory are a GPU's; everything is restored afterwards, and a sweep runs through it."""
+    sys.path.insert(0, str(ROOT / "perf"))
+    import probe_phase
+
+    import babelprobe.probes.run as runner
+    from babelprobe.probes import synthetic_activations
+    from babelprobe.probes.run import probe_store
+    from babelprobe.probes.source import ArrayStore
+
+    slept = []
+    monkeypatch.setattr(probe_phase.time, "sleep", slept.append)
+    before = runner.fit_predict, runner.solver_memory_gb, runner.group_workers
+    with probe_phase.SimulatedFits() as fits:
+        assert runner.group_workers(None, "torch", None, 68) == runner.ACCELERATOR_GROUPS
+        assert runner.group_workers(3, "torch", None, 68) == 3
+        assert runner.solver_memory_gb(None) == probe_phase.GPU_MEMORY_GB
+        X, y, train = np.zeros((1796, 33, 8)), np.zeros((6, 1796), int), np.ones((6, 1796), bool)
+        scores, fit = runner.fit_predict(X, y, train, 1.0, return_fit=True)
+        assert scores.shape == (6, 33, 1796) and fit.coef.shape == (6, 33, 8) and fit.intercept.shape == (6, 33)
+        assert slept == [pytest.approx(probe_phase.GPU_FIT_SECONDS * 8 / 4096, rel=1e-12)]
+        assert fits.replay(None) == (slept[0], 0.0)
+        keys, values = synthetic_activations(n_pairs=4, n_layers=2, d_model=4, languages=["en", "de"],
+                                             subsets=["a"], seed=0)
+        result = probe_store(ArrayStore(keys, last=values, n_layers=2), folds=2)
+        assert len(result.table) == 2 * 3 and len(slept) == 1 + 2
+    assert (runner.fit_predict, runner.solver_memory_gb, runner.group_workers) == before
+
+
 def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     """perf/probe_phase.py on a tiny store: a row per round with the phase, its parts and the replayed fits,
     and the median ratio (no timing asserted); its results go to a temporary folder that is gone afterwards."""
@@ -437,6 +468,10 @@ def test_probe_phase_times_the_sweep_and_its_replayed_fits(tmp_path):
     assert "synthetic (bfloat16 store): 32 items, 8 groups of 4–4 items, 2 layers × 4, 2 folds, " in stored.stdout
     assert [line.split("|")[2].strip() for line in stored.stdout.splitlines() if line.startswith("| 1 |")] == ["3", "1"]
     assert "at 3 workers: " in stored.stdout and "at 1 workers: " in stored.stdout
+    simulated = perf("probe_phase.py", "--pairs", "2", "--layers", "2", "--d-model", "4", "--folds", "2",
+                     "--repeat", "1", "--languages", "1", "--device", "simulated")
+    assert simulated.returncode == 0, simulated.stderr[-2000:]
+    assert "on a simulated GPU" in simulated.stdout and "| the fits' device s (floor) |" in simulated.stdout
     for wrong in ("0", "2,2", "two"):
         refused = perf("probe_phase.py", "--pairs", "2", "--workers", wrong)
         assert refused.returncode == 2 and "--workers" in refused.stderr and "Traceback" not in refused.stderr

@@ -74,6 +74,7 @@ from babelprobe.tables import check_output
 
 STANDARD_GROUP = ("language", "subset")  # every table carries these (value "all" when not grouped by)
 HOST_MEMORY_GB = 2.0  # the default working memory on a CPU (`solver_memory_gb`), and of an in-memory store
+ACCELERATOR_GROUPS = 2  # groups in flight on a GPU by default (`group_workers`)
 
 
 @runner(ProbeSettings, old=("store", "settings"), progress=False)
@@ -218,7 +219,7 @@ def group_workers(workers: int | None, solver: str, device, n_groups: int) -> in
     from babelprobe.probes.solvers import resolve_device
 
     if resolve_device(device).type != "cpu":
-        return min(2, n_groups)
+        return min(ACCELERATOR_GROUPS, n_groups)
     return max(1, min(torch.get_num_threads(), n_groups))
 
 
