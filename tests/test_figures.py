@@ -59,9 +59,9 @@ def saved_size(fig, tmp_path, name):
     paths = style.save(fig, tmp_path / name)
     assert [p.suffix for p in paths] == [".pdf", ".png"]
     assert paths[0].read_bytes()[:4] == b"%PDF"
-    image = Image.open(paths[1])
-    assert image.info["dpi"][0] == pytest.approx(300, abs=1)
-    return image.size, (width, height)
+    with Image.open(paths[1]) as image:
+        assert image.info["dpi"][0] == pytest.approx(300, abs=1)
+        return image.size, (width, height)
 
 
 def assert_fits_and_no_overlap(fig, tmp_path, name, column):

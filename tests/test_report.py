@@ -32,7 +32,8 @@ def test_every_figure_is_written_as_pdf_and_300_dpi_png(report_dir):
     for name in set(FIGURES) - TWO_MODEL:
         pdf, png = report_dir / f"{name}.pdf", report_dir / f"{name}.png"
         assert pdf.read_bytes()[:4] == b"%PDF", name
-        assert Image.open(png).info["dpi"][0] == pytest.approx(300, abs=1), name
+        with Image.open(png) as image:
+            assert image.info["dpi"][0] == pytest.approx(300, abs=1), name
     assert not list(report_dir.glob(".*.tmp"))  # nothing half-written left behind
 
 
