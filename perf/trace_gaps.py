@@ -8,7 +8,8 @@ a prefix tree, a read back). A text summary, for a machine where the trace canno
 
 It also gives the device's time by the host operators that launched each kernel (`by_launcher`: the outermost
 `cpu_op`s open at the launch, matched through its correlation id), which tells one copy from another
-(transformers' `repeat_kv` is `aten::reshape > aten::clone > aten::copy_`).
+(transformers' `repeat_kv` is `aten::reshape > aten::clone > aten::copy_`), and each thread's time in CUDA's runtime
+and driver calls (`runtime_calls`): launches that block on a full queue, or waits for the device.
 
     python perf/trace_gaps.py meta-trace.json.gz [--min-gap-ms 0.05] [--top 25]
 """
@@ -120,6 +121,20 @@ def _launch_chains(events: list[dict], depth: int) -> dict:
     return out
 
 
+def runtime_calls(events: list[dict], top: int = 25) -> list[tuple[tuple, str, float, int]]:
+    """Host µs and count of each CUDA runtime or driver call per thread, largest first: whether the thread that
+    drives the device spends its time launching (a launch blocks while the device's queue is full) or waiting
+    (`cudaStreamSynchronize`, `cudaEventSynchronize`, a synchronous copy, `cudaFree`)."""
+    totals: dict[tuple, list] = defaultdict(lambda: [0.0, 0])
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            key = ((e.get("pid"), e.get("tid")), e["name"])
+            totals[key][0] += e.get("dur", 0)
+            totals[key][1] += 1
+    rows = [(thread, name, us, n) for (thread, name), (us, n) in totals.items()]
+    return sorted(rows, key=lambda row: -row[2])[:top]
+
+
 def report(path: str, min_gap_ms: float = 0.05, top: int = 25) -> str:
     events = load(path)
     result = summary(events, min_gap_ms * 1e3, top)
@@ -133,6 +148,8 @@ def report(path: str, min_gap_ms: float = 0.05, top: int = 25) -> str:
     lines += ["", "| host operators that launched the device's work | seconds | share | kernels |", "|---|---|---|---|"]
     lines += [f"| {key[:120]} | {us / 1e6:.3f} | {us / result['busy_us']:.1%} | {n} |"
               for key, us, n in by_launcher(events, top=top)]
+    lines += ["", "| thread | CUDA runtime or driver call | host seconds | calls |", "|---|---|---|---|"]
+    lines += [f"| {thread[1]} | {name} | {us / 1e6:.3f} | {n} |" for thread, name, us, n in runtime_calls(events, top)]
     return "\n".join(lines)
 
 

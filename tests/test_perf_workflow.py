@@ -186,6 +186,12 @@ def test_trace_gaps_gives_the_device_time_to_the_operators_that_launched_it():
                                               ("aten::reshape > aten::clone > aten::copy_", 30, 1),
                                               ("(no operator)", 4, 1)]
     assert trace_gaps.by_launcher(events, depth=2)[1][0] == "aten::reshape > aten::clone"
+    # each thread's time in the runtime's and driver's calls, worked out by hand
+    waits = events + [event("cuda_runtime", "cudaStreamSynchronize", 50, 40), event("cuda_runtime", "cudaLaunchKernel",
+                                                                               95, 2, tid=2)]
+    assert trace_gaps.runtime_calls(waits) == [((0, 1), "cudaStreamSynchronize", 40, 1),
+                                               ((0, 1), "cuLaunchKernelEx", 2, 2), ((0, 2), "cudaLaunchKernel", 2, 1),
+                                               ((0, 1), "cudaLaunchKernel", 1, 1), ((0, 1), "cudaMemcpyAsync", 1, 1)]
 
 
 def test_matmul_shapes_times_every_weight_shape(capsys):
