@@ -30,7 +30,8 @@
 #   and at the 16,384 these steps use, twice each in turns: whether the default should depend on the device.
 #   On 2026-11-30 `tests; ab` (258 s: the suite passed on the GPU), `LIMIT=380 ... quarter` (202 s) and `budgets`
 #   (174 s; meta 5-7% faster at 16,384, direct the same). Next: `workers` (~2.5 min: the probe phase with 2, 3 and 4
-#   groups in flight, in turn on one store), then `floors` and `quarter`.
+#   groups in flight, in turn on one store), `segments` (~3 min: the CUDA allocator as it is and with expandable
+#   segments, its calls counted), then `profiles` (now with each thread's CUDA runtime calls), `floors`, `quarter`.
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -203,6 +204,17 @@ ab)
         gather "$name" ab
     done
     ;;
+segments)
+    # the CUDA caching allocator as it is and with expandable segments (PYTORCH_CUDA_ALLOC_CONF), in turns: the phases'
+    # lines and tables count its cudaMalloc/cudaFree calls and retries (a cudaFree waits for the device), ~3 min
+    for name in plain-1 expandable-1 expandable-2 plain-2; do
+        conf=""; [ "${name%%-*}" = expandable ] && conf="expandable_segments:True"
+        say "$name (PYTORCH_CUDA_ALLOC_CONF=$conf): the workflow at 9,180 pairs, no floors"
+        PYTORCH_CUDA_ALLOC_CONF="$conf" step "segments-$name" 100 --pairs 135 --no-floors --probe-layers 0 \
+            --store-dtype bfloat16
+        gather "segments-$name" segments
+    done
+    ;;
 budgets)
     # babelprobe's default budget against the one these steps use, in turns (4096, 16384, 16384, 4096)
     for name in 4096-1 16384-1 16384-2 4096-2; do
@@ -247,7 +259,7 @@ solver)
     timeout 90 $PY perf/probe_solver.py --gpu --threads 16 2>&1 | tee "$OUT/probe-solver-gpu.txt"
     ;;
 *)
-    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, workers, matmul, wait, tests, pages, ab, budgets, floors or solver"; exit 2
+    echo "unknown step $STEP: prepare, before, run, quarter, look, profiles, probe, workers, matmul, wait, tests, pages, ab, segments, budgets, floors or solver"; exit 2
     ;;
 esac
 say "done"
