@@ -462,3 +462,27 @@ def test_a_corpus_is_cut_into_windows(tiny_long_dir, tiny_long, tmp_path):
         reference = reference + (seen["a"][1:] > 0).sum(axis=0)
     with __import__("h5py").File(out / "activation.h5") as f:
         np.testing.assert_array_equal(f["over_zero"][0, :, 1], reference)
+
+
+def test_the_overlap_figure_says_when_no_language_has_a_selected_neuron(tmp_path):
+    """lape_overlap's Jaccard heatmap of the languages' selected neuron sets, against sets worked out by hand; and
+    where no neuron is selected (a random model's activation probabilities at 1), a note instead of an empty
+    heatmap, saved without matplotlib's warnings about a collapsed image."""
+    import warnings
+
+    from babelprobe.analysis.neurons import jaccard_matrix, plot_lape_overlap
+    from babelprobe.analysis.style import save
+
+    table = pd.DataFrame({"layer": [0, 0, 1, 1], "neuron": [1, 2, 1, 3], "selected": [True, True, True, False],
+                          "languages": ["en,de", "en", "de", None]})
+    matrix = jaccard_matrix(table)
+    assert matrix.loc["en", "de"] == pytest.approx(1 / 3) and matrix.loc["de", "de"] == 1.0  # {(0,1),(0,2)} vs {(0,1),(1,1)}
+    none = table.assign(selected=False)
+    assert jaccard_matrix(none).empty
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = plot_lape_overlap(none)
+        texts = [t.get_text() for t in fig.axes[0].texts]
+        assert texts == ["No language has a selected neuron: no overlap to show"]
+        assert [p.suffix for p in save(fig, tmp_path / "lape_overlap")] == [".pdf", ".png"]
+        assert len(plot_lape_overlap(table).axes) == 2  # the heatmap and its colour bar

@@ -83,6 +83,13 @@ def plot_lape_overlap(table: pd.DataFrame, languages: list[str] | None = None):
     """Heatmap of `jaccard_matrix`: how many of two languages' selected neurons they share."""
     matrix = jaccard_matrix(table, _languages(languages) if languages else None)
     codes = list(matrix.index)
+    if not codes:  # no language has a selected neuron (LAPE's bar can be above every score: a random model's)
+        fig, ax = figure("one", 1.2)
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "No language has a selected neuron: no overlap to show", ha="center", va="center",
+                transform=ax.transAxes, fontsize=7, color="0.35")
+        ax.set_title("Shared language neurons (Jaccard index)", fontsize=8)
+        return fig
     fig, ax = figure("one", 0.9 + 0.2 * len(codes))
     image = ax.imshow(matrix.to_numpy(float), cmap=SEQUENTIAL, vmin=0, vmax=1)
     annotate_cells(ax, image, matrix.to_numpy(float), fmt="{:.2f}", fontsize=5)
