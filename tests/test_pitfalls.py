@@ -479,6 +479,30 @@ def test_cli_paper_protocol_on_the_bundled_sample(tmp_path, tiny_long_dir, monke
     assert (out / "generations.jsonl").exists()
 
 
+def test_the_figure_labels_a_model_at_a_long_path_by_its_name(tmp_path, tiny_long_dir, monkeypatch):
+    """A model in a deeply nested local directory: its bars are labelled by the directory's name, cut to
+    MODEL_LABEL_CHARS, and the figure is laid out without matplotlib's warning (the full path, rotated under the
+    bars, left the panel no height: "constrained_layout not applied because axes sizes collapsed to zero")."""
+    import warnings
+
+    from babelprobe.analysis.benchmarks import MODEL_LABEL_CHARS, model_label
+
+    assert model_label("/scratch/someone/models/Llama-3.1-8B/") == "Llama-3.1-8B"
+    assert model_label("meta-llama/Llama-3.1-8B (sha 1234)") == "Llama-3.1-8B"
+    long = model_label("x" * 40)
+    assert len(long) == MODEL_LABEL_CHARS and long.endswith("…")
+    deep = tmp_path.joinpath(*[f"a-directory-of-some-length-{k}" for k in range(6)], "the-tiny-long-model")
+    deep.parent.mkdir(parents=True)
+    deep.symlink_to(tiny_long_dir, target_is_directory=True)
+    monkeypatch.setattr(Models, "generator", lambda self, spec: FakeChat())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        assert main(["bench", "pitfalls", "--model", str(deep), "--items", "pitfalls-sample", "--protocol", "paper",
+                     "--generator", "local", "--extractor", "self", "--out", str(tmp_path / "o"), "--no-progress",
+                     "--limit", "2"]) == 0
+    assert (tmp_path / "o" / "pitfalls.png").exists()
+
+
 def test_cli_unknown_language_is_one_line(data_dir, tmp_path, tiny_long_dir, capsys):
     code = main(["bench", "pitfalls", "--model", str(tiny_long_dir), "--items", str(data_dir), "--languages", "Elvish",
                  "--out", str(tmp_path / "o"), "--no-progress"])

@@ -443,6 +443,8 @@ def _error_bars(part: pd.DataFrame) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ Cross-Lingual Pitfalls
 
+MODEL_LABEL_CHARS = 28  # a model's tick label at most (`model_label`)
+
 def plot_affinity(affinity: pd.DataFrame, path: str | Path, title: str = "Relative Affinity Score") -> list[Path]:
     """The paper's Fig. 7: the Relative Affinity Score D[x, y] (`pitfalls.relative_affinity`: rows x the
     evaluation language, columns y the seed language) with the source (seed) language y down the vertical
@@ -505,6 +507,14 @@ def plot_pitfalls(summary: pd.DataFrame, path: str | Path, model_name: str,
     return save(fig, path)
 
 
+def model_label(model_name: str, width: int = MODEL_LABEL_CHARS) -> str:
+    """A model's name short enough for a tick label: without its fingerprint's parenthesis, the last part of a
+    local directory's path or a hub id (a full path, rotated under a bar, left the panel no height), cut to
+    `width` characters."""
+    short = model_name.split(" (")[0].rstrip("/").rsplit("/", 1)[-1] or model_name
+    return short if len(short) <= width else short[:width - 1] + "…"
+
+
 def _bars_for(ours: pd.DataFrame, paper: pd.DataFrame | None, model_name: str) -> pd.DataFrame:
     """Bar table: the paper's models (perturbed questions), then this model perturbed and original."""
     rows = []
@@ -513,7 +523,7 @@ def _bars_for(ours: pd.DataFrame, paper: pd.DataFrame | None, model_name: str) -
             rows.append({"label": r["model"], "en_accuracy": r["en_accuracy"], "target_accuracy": r["target_accuracy"],
                          "en_accuracy_low": np.nan, "en_accuracy_high": np.nan, "target_accuracy_low": np.nan,
                          "target_accuracy_high": np.nan, "ours": False, "n": r["n"]})
-    short = model_name.split(" (")[0]
+    short = model_label(model_name)
     for version in ("perturbed", "original"):
         part = ours[ours["version"] == version]
         if len(part):
