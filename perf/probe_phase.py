@@ -61,7 +61,7 @@ from babelprobe.probes.solvers import resolve_device  # noqa: E402
 from babelprobe.probes.source import ArrayStore, group_rows, usable_keys  # noqa: E402
 
 
-def one_round(acts, settings, fits: floors.FitCalls, out: Path, profile: Path | None = None,
+def one_round(acts, settings, fits: floors.FitCalls | SimulatedFits, out: Path, profile: Path | None = None,
               workers: int | None = None) -> dict:
     """The phase once (the sweep with `workers` groups in flight, then its result written), its solver calls
     recorded; then their replay (on the device the probes ran on)."""
