@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, save
+from babelprobe.analysis.style import DIVERGING, PALETTE, SEQUENTIAL, figure, note, save
 from babelprobe.benchmarks import bridges, eclektic, pitfalls, stingray
 from babelprobe.benchmarks.base import BENCHMARKS, Models, as_models, benchmark, benchmark_settings
 from babelprobe.benchmarks.bridges import lmeval
@@ -443,8 +443,6 @@ def _error_bars(part: pd.DataFrame) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------ Cross-Lingual Pitfalls
 
-MODEL_LABEL_CHARS = 28  # a model's tick label at most (`model_label`)
-
 def plot_affinity(affinity: pd.DataFrame, path: str | Path, title: str = "Relative Affinity Score") -> list[Path]:
     """The paper's Fig. 7: the Relative Affinity Score D[x, y] (`pitfalls.relative_affinity`: rows x the
     evaluation language, columns y the seed language) with the source (seed) language y down the vertical
@@ -505,6 +503,9 @@ def plot_pitfalls(summary: pd.DataFrame, path: str | Path, model_name: str,
                      loc="left")
         ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2, frameon=False)
     return save(fig, path)
+
+
+MODEL_LABEL_CHARS = 28  # a model's tick label at most (`model_label`)
 
 
 def model_label(model_name: str, width: int = MODEL_LABEL_CHARS) -> str:
@@ -596,14 +597,14 @@ def _bridge_norm_gap(table: pd.DataFrame, path: Path, title: str) -> list[Path]:
     ax.grid(axis="x", visible=False)
     disagree = int(round((table["norm_disagree"] * table["n"]).sum()))
     if disagree == 0:  # e.g. Belebele: one-letter choices, so acc_norm ≡ acc ≡ acc_bytes
-        note = "per character and per byte pick the same option in every question"
+        why = "per character and per byte pick the same option in every question"
     elif (values == 0).all():  # no bar to see: say why
-        note = (f"per character and per byte pick different options in {disagree} of {int(table['n'].sum())} "
-                "questions, with the same accuracy in every language")
+        why = (f"per character and per byte pick different options in {disagree} of {int(table['n'].sum())} "
+               "questions, with the same accuracy in every language")
     else:
-        note = ""
-    if note:
-        ax.text(0.5, 0.6, note, ha="center", transform=ax.transAxes, fontsize=7, color="0.35")
+        why = ""
+    if why:
+        note(ax, why, y=0.6, va="baseline")
     handles = [_legend_handle(marker="s", color=colours[s], label=s) for s in scripts]
     ax.legend(handles=handles, title="script", fontsize=7, title_fontsize=7, frameon=False, loc="best")
     ax.set_title(f"{title}: per character minus per byte" if title else "per character minus per byte")

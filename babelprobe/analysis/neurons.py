@@ -20,7 +20,7 @@ import pandas as pd
 
 from babelprobe.analysis.figures import language_ticks
 from babelprobe.analysis.peaks import language_order
-from babelprobe.analysis.style import DIVERGING, SEQUENTIAL, annotate_cells, figure, save, text_colour
+from babelprobe.analysis.style import DIVERGING, SEQUENTIAL, annotate_cells, figure, note, save, text_colour
 from babelprobe.errors import BabelprobeError
 from babelprobe.runs import LAYOUTS
 
@@ -86,8 +86,7 @@ def plot_lape_overlap(table: pd.DataFrame, languages: list[str] | None = None):
     if not codes:  # no language has a selected neuron (LAPE's bar can be above every score: a random model's)
         fig, ax = figure("one", 1.2)
         ax.set_axis_off()
-        ax.text(0.5, 0.5, "No language has a selected neuron: no overlap to show", ha="center", va="center",
-                transform=ax.transAxes, fontsize=7, color="0.35")
+        note(ax, "No language has a selected neuron: no overlap to show")
         ax.set_title("Shared language neurons (Jaccard index)", fontsize=8)
         return fig
     fig, ax = figure("one", 0.9 + 0.2 * len(codes))

@@ -4,7 +4,8 @@ Use `figure(width="one"|"two", height=...)` to get a figure sized for a one- or 
 `PALETTE` (Okabe–Ito) for categorical colours, `SEQUENTIAL`/`DIVERGING` colormap names for heatmaps,
 and `save(fig, path)` to write `path.pdf` (vector) and `path.png` (300 dpi) atomically.
 `TYPOLOGY_COLORS` and `METHOD_COLORS` keep one colour per typology class and per method across all
-figures; `annotate_cells` writes values into heatmap cells, legible on dark and light colours.
+figures; `annotate_cells` writes values into heatmap cells, legible on dark and light colours; `note` writes a grey
+note into an axes.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ def save(fig, path: str | Path) -> list[Path]:
         written.append(target)
     plt.close(fig)
     return written
+
+
+def note(ax, text: str, y: float = 0.5, va: str = "center") -> None:
+    """A grey note across the middle of `ax` (where the data leave nothing to draw, or say why they look as they do)."""
+    ax.text(0.5, y, text, ha="center", va=va, transform=ax.transAxes, fontsize=7, color="0.35")
 
 
 def annotate_cells(ax, image, values, fmt: str = "{:.2f}", fontsize: float = 6) -> None:
