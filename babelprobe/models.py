@@ -708,6 +708,10 @@ def _file_sha256(path: Path) -> str:
 
 
 SYNC_FREE_SDPA = "babelprobe_sdpa"  # transformers' SDPA, its mask always built, no cuDNN (`sync_free_attention`)
+# model types whose attention and masks go through transformers' interfaces though the class does not declare it
+# (`_supports_attention_backend` unset; transformers 5.x): switched all the same (tests/test_families.py checks
+# every family's passes for reads back and their numbers against HF's)
+INTERFACE_UNDECLARED = ("stablelm",)
 
 
 @contextmanager
@@ -723,12 +727,14 @@ def sync_free_attention(lm: LoadedModel):
     passes all differ): on an H200 the meta phase's GPU sat idle 12 of 20 s inside `_cudnn_attention_forward`
     (2026-11-27, perf/gpu_check.sh look). The memory-efficient kernel takes the same masks without a plan.
 
-    Only a model whose attention goes through transformers' attention interface (`_supports_attention_backend`)
-    is switched: Falcon's own attention runs SDPA only where the name is "sdpa", and under another name adds the
-    mask to its scores, where SDPA's masks are booleans (its log-probs were off by up to 0.07)."""
+    Only a model whose attention goes through transformers' attention interface (`_supports_attention_backend`,
+    or `INTERFACE_UNDECLARED`) is switched: Falcon's own attention runs SDPA only where the name is "sdpa", and
+    under another name adds the mask to its scores, where SDPA's masks are booleans (its log-probs were off by up
+    to 0.07)."""
     config = getattr(lm.parts.body, "config", None)
-    if (getattr(config, "_attn_implementation", None) != "sdpa"
-            or not getattr(lm.parts.body, "_supports_attention_backend", False)):
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not (
+            getattr(lm.parts.body, "_supports_attention_backend", False)
+            or getattr(config, "model_type", None) in INTERFACE_UNDECLARED):
         yield
         return
     _register_sync_free_sdpa()

@@ -232,9 +232,10 @@ tests)
     # the engine's numbers on the GPU, never checked there before 2026-11-30: the family suite's model checks
     # (extraction through hf, direct in plain batches and as a prefix tree, meta's tree, compare's one pass; eager
     # attention and SDPA) with babelprobe on CUDA in float32 against HF's forward on the CPU (tests/families.py
-    # DEVICE; the image has no nnsight or transformer_lens), then the CUDA-only tests, ~1-2 min
+    # DEVICE; the image has no nnsight or transformer_lens), and their passes' reads back of device values (none
+    # allowed: HostReads), then the CUDA-only tests, ~1-2 min
     BABELPROBE_TEST_DEVICE=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_families.py \
-        -k "extract_equals and not nnsight and not transformer_lens or direct_scores or meta_answer or one_pass" \
+        -k "extract_equals and not nnsight and not transformer_lens or direct_scores or meta_answer or one_pass or wait_for_no_value" \
         2>&1 | tail -n 40 | tee "$OUT/tests.txt"
     timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_probe_sweep.py tests/test_perf_workflow.py \
         -k "cuda or gpu" 2>&1 | tail -n 15 | tee -a "$OUT/tests.txt"

@@ -15,6 +15,8 @@ configs (tests/families.py).
                                  experts: HF's own eager expert loop, its act_fn calls mapped back to experts)
     intervene --method neurons = a hand edit of the down projection's input (experts: of act_fn's output)
     sae                        = the SAE pass reads the state extraction stores
+    no read back               = the passes of scoring, extraction and compare's one pass ask the device for no
+                                 value (`HostReads`: what would make a GPU's host wait between passes)
 
 Extract (hf), score direct, score meta and compare's one pass run each family twice: with eager attention and,
 where transformers has it for the family, with SDPA (what `from_pretrained` loads by default, and where
@@ -34,6 +36,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from babelprobe.errors import BabelprobeError
 from tests.families import (
@@ -245,6 +248,74 @@ def test_meta_answer_scores_equal_hf_log_probs(family, attention):
         reference = hf_logprobs(model, torch.tensor([encoding.ids]))[[p - 1 for p in positions]]
         assert len(positions) >= 1
         np.testing.assert_allclose(mine.logprobs, reference, **LOGPROB_TOL)
+
+
+class HostReads(TorchDispatchMode):
+    """Records the operators that make a GPU's host wait for the device, with where babelprobe or transformers
+    called them: a value turned into a Python number (`.item()`, `bool()`, `if tensor:`) and a result whose shape
+    depends on values (boolean indexing, `nonzero`, `unique`, `masked_select`). On a CPU they are operators like any
+    other, so a CPU run finds them; a copy to the host (`.cpu()`, `.numpy()`) is no operator there, and is not seen.
+    The mode is the calling thread's: the thread that drives the device."""
+
+    READS = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select", "_unique2", "unique_dim",
+             "unique_consecutive"}
+
+    def __init__(self):
+        super().__init__()
+        self.seen: list[tuple[str, str]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        boolean = name in ("index", "index_put_", "index_put") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ())
+        if name in self.READS or boolean or (name == "repeat_interleave" and "output_size" not in (kwargs or {})
+                                             and isinstance(args[0], torch.Tensor) and len(args) < 3):
+            import traceback
+
+            frame = next(f for f in reversed(traceback.extract_stack()[:-1]) if "/torch/" not in f.filename)
+            self.seen.append((f"{name} (boolean)" if boolean else name, f"{frame.filename}:{frame.lineno}"))
+        return func(*args, **(kwargs or {}))
+
+
+def test_host_reads_sees_what_makes_a_gpu_wait():
+    x = torch.arange(6.0)
+    reads = [lambda: x.sum().item(), lambda: x[x > 2], lambda: bool((x > 0).all()), lambda: x.nonzero(),
+             lambda: torch.repeat_interleave(torch.tensor([1, 2]))]
+    quiet = [lambda: x[torch.tensor([0, 2])], lambda: torch.where(x > 2, x, 0.0),
+             lambda: torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)]
+    for statement in reads + quiet:
+        with HostReads() as seen:
+            statement()
+        assert len(seen.seen) == (statement in reads), seen.seen
+        assert all("test_families.py:" in where for _, where in seen.seen)
+
+
+@pytest.mark.parametrize("family,attention", ATTENTIONS)
+def test_passes_wait_for_no_value_from_the_device(family, attention, tmp_path, monkeypatch):
+    """Scoring (plain batches and the prefix trees of direct and meta), extraction and compare's fused pass launch
+    every pass without reading a value back (`HostReads`): on a GPU the host then queues the next pass while the
+    device runs this one, and reads each chunk's results back once, on another thread (issue 40). The CPU's own
+    projection in blocks of the vocabulary is replaced by the accelerators' (it indexes by flags on the host)."""
+    import babelprobe.benchmarks.core.logprobs as logprobs
+    from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
+    from babelprobe.benchmarks.direct import score_direct
+    from babelprobe.benchmarks.scoring import DirectSettings, score_direct_capturing
+    from babelprobe.extract.fused import StoreCapture
+    from babelprobe.extract.run import extract
+    from babelprobe.extract.settings import ExtractSettings
+
+    monkeypatch.setattr(logprobs, "_blockwise", lambda lm, device: False)
+    lm, items = family_lm(family, attention), pair_items()
+    texts = [t for values in TEXTS.values() for t in values]
+    with HostReads() as reads:
+        logprobs.token_logprobs(lm, texts, batch_tokens=64, progress=False)
+        shared_prefix_logprobs(lm, texts, [4] * len(texts), batch_tokens=64, progress=False)
+        score_direct(lm, items, batch_tokens=64, progress=False)
+        extract(lm, items, tmp_path / "store", layers="all", pool="both", progress=False)
+        with StoreCapture(lm, items, tmp_path / "fused", ExtractSettings(pool="both"), batch_tokens=64) as capture:
+            score_direct_capturing(lm, items, tmp_path / "direct.csv", DirectSettings(), capture, batch_tokens=64,
+                                   progress=False)
+    assert not reads.seen, f"{family} ({attention}) reads back: {sorted(set(reads.seen))}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -60,10 +60,11 @@ class Pooler:
         # last real token: the first 1 from the right (argmax returns the first maximum), so right and
         # left padding both work
         self.last_index = width - 1 - weights.flip(1).argmax(dim=1)
-        if exclude_bos:
+        if exclude_bos:  # each text's first token left out where it has another (integer indices: a boolean
+            # one would read the device's flags back, making the host wait for the previous batch's pass)
             first_index = weights.argmax(dim=1)
             has_text = mask.sum(dim=1) > 1
-            weights[self.rows[has_text], first_index[has_text]] = 0.0
+            weights[self.rows, first_index] = weights[self.rows, first_index] * ~has_text
         self.weights = (weights / weights.sum(dim=1, keepdim=True))[:, None, :]  # [batch, 1, seq]
         self.out = {pool: torch.empty((batch, n_columns, d_model), dtype=torch.float32, device=device)
                     for pool in pools}
