@@ -36,7 +36,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from babelprobe.errors import BabelprobeError
 from tests.families import (
@@ -51,6 +50,7 @@ from tests.families import (
     build,
     family_lm,
 )
+from tests.host_reads import HostReads
 
 pytestmark = [pytest.mark.families, pytest.mark.usefixtures("one_thread")]
 
@@ -248,33 +248,6 @@ def test_meta_answer_scores_equal_hf_log_probs(family, attention):
         reference = hf_logprobs(model, torch.tensor([encoding.ids]))[[p - 1 for p in positions]]
         assert len(positions) >= 1
         np.testing.assert_allclose(mine.logprobs, reference, **LOGPROB_TOL)
-
-
-class HostReads(TorchDispatchMode):
-    """Records the operators that make a GPU's host wait for the device, with where babelprobe or transformers
-    called them: a value turned into a Python number (`.item()`, `bool()`, `if tensor:`) and a result whose shape
-    depends on values (boolean indexing, `nonzero`, `unique`, `masked_select`). On a CPU they are operators like any
-    other, so a CPU run finds them; a copy to the host (`.cpu()`, `.numpy()`) is no operator there, and is not seen.
-    The mode is the calling thread's: the thread that drives the device."""
-
-    READS = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select", "_unique2", "unique_dim",
-             "unique_consecutive"}
-
-    def __init__(self):
-        super().__init__()
-        self.seen: list[tuple[str, str]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        boolean = name in ("index", "index_put_", "index_put") and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ())
-        if name in self.READS or boolean or (name == "repeat_interleave" and "output_size" not in (kwargs or {})
-                                             and isinstance(args[0], torch.Tensor) and len(args) < 3):
-            import traceback
-
-            frame = next(f for f in reversed(traceback.extract_stack()[:-1]) if "/torch/" not in f.filename)
-            self.seen.append((f"{name} (boolean)" if boolean else name, f"{frame.filename}:{frame.lineno}"))
-        return func(*args, **(kwargs or {}))
 
 
 def test_host_reads_sees_what_makes_a_gpu_wait():

@@ -427,3 +427,69 @@ def test_exact_newton_reaches_further_on_an_accelerator():
     assert choose_method("torch", *quarter, 4096, 6, 4, 30.0, exact_max=cpu) == "plbfgs"
     assert choose_method("torch", *quarter, 4096, 6, 4, 30.0, exact_max=gpu) == "newton"
     assert choose_method("torch", *full, 4096, 6, 4, 30.0, exact_max=gpu) == "plbfgs"
+
+
+@pytest.fixture
+def as_on_an_accelerator(monkeypatch):
+    """The solvers' choices where each read back makes the host wait (`solvers.reads_are_free` false)."""
+    import babelprobe.probes.solvers as solvers
+
+    monkeypatch.setattr(solvers, "reads_are_free", lambda device: False)
+
+
+def mixed_problems(seed: int, n: int, d: int):
+    """Problems of one batch that converge at different iterations (C from 1e-3 to 30), rows of either label."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2, d)) * rng.uniform(0.5, 2, size=d)
+    labels = (X[:, 0, 0] + 0.5 * rng.normal(size=n) > 0).astype(int)
+    train = rng.random((4, n)) > 0.25
+    return X.astype(np.float32), np.tile(labels, (4, 1)), train, np.array([1e-3, 30.0, 0.1, 3.0])
+
+
+@pytest.mark.parametrize("solver, n, d", [("newton", 40, 60), ("newton", 80, 10), ("lbfgs", 80, 30),
+                                          ("plbfgs", 80, 30)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fewer_reads_back_leave_every_fit_as_it_is(solver, n, d, dtype, monkeypatch):
+    """On an accelerator the solvers read less back (problems that converge taken out by integer indices, the line
+    search's two candidates chosen on the device, L-BFGS's 1-D search stopped by one read): the same operations on
+    the same numbers, so the same scores to the last bit (dual and primal Newton, L-BFGS, preconditioned L-BFGS)."""
+    import babelprobe.probes.solvers as solvers
+
+    X, y, train, C = mixed_problems(3, n, d)
+    here = fit_predict(X, y, train, C, solver=solver, dtype=dtype)
+    monkeypatch.setattr(solvers, "reads_are_free", lambda device: False)
+    np.testing.assert_array_equal(fit_predict(X, y, train, C, solver=solver, dtype=dtype), here)
+
+
+def test_the_line_search_picks_the_same_step_with_or_without_its_read(monkeypatch):
+    """`_line_search` where every problem takes a full step or longer, and where some must backtrack."""
+    import babelprobe.probes.solvers as solvers
+
+    rng = np.random.default_rng(4)
+    f, y = torch.tensor(rng.normal(size=(3, 20))), torch.tensor((rng.random((3, 20)) > 0.5).astype(float))
+    s, C = torch.ones(3, 20), torch.ones(3, dtype=torch.float64)
+    r, _ = solvers._loss_terms(f, y, s, C)
+    zero, picked = torch.zeros(3, dtype=torch.float64), {}
+    # no penalty along the step (full steps pass), and a steep one on the second problem (it must backtrack)
+    for case, penalty in (("full", zero), ("backtrack", torch.tensor([0.0, 1e4, 0.0], dtype=torch.float64))):
+        slope = (r * r).sum(1)
+        for free in (True, False):
+            monkeypatch.setattr(solvers, "reads_are_free", lambda device, free=free: free)
+            picked[case, free] = solvers._line_search(f, r, y, s, C, zero, zero, penalty, slope)
+        torch.testing.assert_close(picked[case, False], picked[case, True], rtol=0, atol=0)
+    assert (picked["full", True] >= 1).all() and (picked["backtrack", True] < 1).any()
+
+
+@pytest.mark.parametrize("solver, n, d, most", [("newton", 40, 60, 1), ("newton", 80, 10, 2), ("lbfgs", 80, 30, 1)])
+def test_an_iteration_reads_back_once_on_an_accelerator(solver, n, d, most, as_on_an_accelerator):
+    """Each Newton iteration reads back how many problems converged (the primal one also whether a factorisation
+    failed), each L-BFGS line search whether its steps have settled (its iteration's read of the problems still
+    active is a copy, which `HostReads` does not see on a CPU): at most `most` operator reads per iteration, where a
+    boolean index per tensor kept and a read per line-search step made up to 20."""
+    from tests.host_reads import HostReads
+
+    X, y, train, C = mixed_problems(5, n, d)
+    with HostReads() as reads:
+        _, fit = fit_predict(X, y, train, C, solver=solver, return_fit=True)
+    iterations = int(fit.n_iter.max())
+    assert iterations >= 3 and 0 < len(reads.seen) <= most * iterations, reads.seen

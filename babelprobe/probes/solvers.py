@@ -129,9 +129,23 @@ def _converged(decrement: torch.Tensor, previous: torch.Tensor, scale: torch.Ten
     return small | stalled
 
 
-def _keep(mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The rows of each tensor where `mask` holds: the problems still being solved."""
-    return tuple(x[mask] for x in tensors)
+def reads_are_free(device: torch.device) -> bool:
+    """Whether reading a value back from `device` costs nothing beside the arithmetic (a CPU). Elsewhere each read
+    makes the host wait until the device has done everything queued, and the device then waits for the host's
+    next launches, so the solvers compute a little more to read back less (`_line_search`, `_line_minimum`)."""
+    return device.type == "cpu"
+
+
+def _finished_first(done: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+    """How many problems are done (the iteration's one read back) and, if any, every problem's place, the done ones
+    first, each part in its order: integer indices, where each boolean index would read the flags back again."""
+    n_done = int(done.sum())
+    return n_done, torch.argsort((~done).to(torch.uint8), stable=True) if n_done else None
+
+
+def _keep(rows: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows `rows` of each tensor: the problems still being solved."""
+    return tuple(x[rows] for x in tensors)
 
 
 # --------------------------------------------------------------------------------- the Newton solver
@@ -195,15 +209,19 @@ def _line_search(f, df, y, s, C, reg0, reg1, reg2, slope, steps=12):
 
     The objective along the step is C·Σ s·logloss(y, f − t·df) + ½(reg0 − 2t·reg1 + t²·reg2); `slope`
     is the Newton decrement gᵀΔ (≥ 0)."""
-    t = torch.tensor(LONG_STEPS, dtype=f.dtype, device=f.device)
-    ok, obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t)
-    if bool(ok[0].all()):
-        return t[torch.where(ok, obj, torch.inf).argmin(0)]
+    long = torch.tensor(LONG_STEPS, dtype=f.dtype, device=f.device)
+    long_ok, long_obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, long)
+    every_full, free = long_ok[0].all(), reads_are_free(f.device)
+    if free and bool(every_full):
+        return long[torch.where(long_ok, long_obj, torch.inf).argmin(0)]
+    # elsewhere the backtracking steps are evaluated whatever the flag, and chosen on the device (no read back)
     t = 0.5 ** torch.arange(steps, dtype=f.dtype, device=f.device)  # [T]
     ok, obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t)
     # the largest step that decreases enough; near the optimum round-off can refuse all: take the best
-    first_ok = torch.where(ok.any(0), ok.float().argmax(0), obj.argmin(0))
-    return t[first_ok]
+    shorter = t[torch.where(ok.any(0), ok.float().argmax(0), obj.argmin(0))]
+    if free:
+        return shorter
+    return torch.where(every_full, long[torch.where(long_ok, long_obj, torch.inf).argmin(0)], shorter)
 
 
 def _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t):
@@ -252,15 +270,16 @@ def newton_dual(K, y, s, C, max_iter, tol, iterations: torch.Tensor | None = Non
         da = Su - SD * db[:, None]
         Kda = (da[:, None, :] @ K)[:, 0]
         decrement = (u * Kda).sum(1) + r.sum(1) * db
-        done = _converged(decrement, previous, scale, tol)
-        if bool(done.any()):
+        n_done, order = _finished_first(_converged(decrement, previous, scale, tol))
+        if n_done:
+            done = order[:n_done]
             a_out[index[done]], b_out[index[done]] = (a - da)[done], (b - db)[done]
             if iterations is not None:
                 iterations[index[done]] = n_iter
-            if bool(done.all()):
+            if n_done == len(order):
                 return a_out, b_out, n_iter
             index, K, y, s, C, scale, a, Ka, b, f, da, Kda, db, decrement = _keep(
-                ~done, index, K, y, s, C, scale, a, Ka, b, f, da, Kda, db, decrement)
+                order[n_done:], index, K, y, s, C, scale, a, Ka, b, f, da, Kda, db, decrement)
         previous = decrement
         t = _line_search(f, Kda + db[:, None], y, s, C, (a * Ka).sum(1), (a * Kda).sum(1), (da * Kda).sum(1),
                          decrement)
@@ -298,15 +317,16 @@ def newton_primal(Z, y, s, C, max_iter, tol, iterations: torch.Tensor | None = N
             chol, _ = torch.linalg.cholesky_ex(H)
         step = torch.cholesky_solve(g[..., None], chol)[..., 0]
         decrement = (g * step).sum(1)
-        done = _converged(decrement, previous, scale, tol)
-        if bool(done.any()):
+        n_done, order = _finished_first(_converged(decrement, previous, scale, tol))
+        if n_done:
+            done = order[:n_done]
             w_out[index[done]] = (w - step)[done]
             if iterations is not None:
                 iterations[index[done]] = n_iter
-            if bool(done.all()):
+            if n_done == len(order):
                 break
             index, Za, y, s, C, scale, w, f, step, decrement = _keep(
-                ~done, index, Za, y, s, C, scale, w, f, step, decrement)
+                order[n_done:], index, Za, y, s, C, scale, w, f, step, decrement)
         previous = decrement
         wd, sd = w[:, :d], step[:, :d]
         t = _line_search(f, (Za @ step[..., None])[..., 0], y, s, C, (wd * wd).sum(1), (wd * sd).sum(1),
@@ -452,6 +472,12 @@ def _two_loop(g, history_s, history_y, rho, gamma, n_iter, memory):
     return q
 
 
+# `_line_minimum` on an accelerator reads back whether all have stopped after this many steps only: in L-BFGS
+# sweeps of synthetic groups (600-1,000 pairs, 5 folds, /tmp script) 45% of the searches had settled by step 3 and
+# most of the rest were still moving at step 10, the last
+LINE_CHECK_AT = 3
+
+
 def _line_minimum(f, q, y, Cs, wp, pp, steps: int = 10):
     """Per problem, t ≥ 0 minimising φ(t) = Σ Cs·logloss(y, f + t·q) + ½‖w + t·p‖² (penalised part),
     given q = Z·p, wp = w·p and pp = p·p: safeguarded 1-D Newton (φ is convex; φ'(0) < 0 for a descent
@@ -466,7 +492,10 @@ def _line_minimum(f, q, y, Cs, wp, pp, steps: int = 10):
     settled = 1e3 * torch.finfo(wp.dtype).eps
     moving = torch.ones_like(wp, dtype=torch.bool)
     Cq, Cq2 = Cs * q, Cs * q * q  # the loss terms' weights along the line, computed once
-    for _ in range(steps):
+    # whether all have stopped is read back after every step on a CPU, elsewhere once, after LINE_CHECK_AT steps
+    # (a settled t no longer changes: the steps after it change nothing but the time)
+    free = reads_are_free(wp.device)
+    for k in range(1, steps + 1):
         prob = torch.sigmoid(f + t[..., None] * q)
         slope = ((prob - y) * Cq).sum(-1) + wp + t * pp
         curve = (prob * (1 - prob) * Cq2).sum(-1) + pp
@@ -478,7 +507,7 @@ def _line_minimum(f, q, y, Cs, wp, pp, steps: int = 10):
         step = torch.where(inside, newton, fallback) - t
         t = torch.where(moving, t + step, t)
         moving &= step.abs() > settled * t
-        if not bool(moving.any()):
+        if (free or k == LINE_CHECK_AT) and not bool(moving.any()):
             break
     return t
 
