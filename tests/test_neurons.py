@@ -79,6 +79,25 @@ def test_counts_equal_a_numpy_reference_whatever_the_batching_and_padding(arch):
             assert stats.n_tokens[k] == reference[code][1]
 
 
+def test_counting_batches_reads_nothing_back_until_the_counts_are_taken():
+    """`NeuronCounter.run` keeps its token count where the batch is (on a GPU a read per batch would make the host
+    wait for every pass); `take` reads counts and tokens back once."""
+    from babelprobe.models import pad_batch
+    from babelprobe.neurons.mlp import NeuronCounter
+    from tests.host_reads import HostReads
+
+    lm = tiny_lm("llama", seed=2)
+    batches = [pad_batch(lm.encode(texts), lm.pad_token_id, "right", lm.device)
+               for texts in (["A dog can bark.", "Ein Hund"], ["Кошка спит."])]
+    with NeuronCounter(lm) as counter, HostReads() as reads:
+        for batch in batches:
+            counter.run(batch)
+    assert reads.seen == []
+    counts, n = counter.take()
+    assert n == sum(int(b["attention_mask"].sum()) - len(b["attention_mask"]) for b in batches)  # BOS left out
+    assert counts.shape[0] == lm.n_layers and counter.n_tokens == 0
+
+
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_the_gated_activation_is_act_of_gate_before_the_up_product(arch):
     """What is counted in a gated MLP: act_fn(gate_proj(x)) (the released activation.py), by hand from the

@@ -77,7 +77,7 @@ class NeuronCounter:
         self.n_layers = len(activation_modules(lm))
         self.skip_bos = lm.bos_policy == "bos"
         self.counts: list[torch.Tensor | None] = [None] * self.n_layers
-        self.n_tokens = 0
+        self._tokens: torch.Tensor | int = 0  # summed where the masks are: read back by `take`, not every batch
         self.hooks = Hooks(lm)
         self._masks: dict = {}
 
@@ -110,16 +110,21 @@ class NeuronCounter:
         mask = count_mask(batch["attention_mask"], self.skip_bos)
         dtype = torch.float32 if mask.numel() < 2 ** 24 else torch.float64
         self._masks = {mask.device: mask.reshape(-1).to(dtype)}
-        self.n_tokens += int(mask.sum())
+        self._tokens = self._tokens + mask.sum()
         with torch.inference_mode():
             self.hooks.run(batch)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens counted since the last `take` (a read back from the device)."""
+        return int(self._tokens)
 
     def take(self) -> tuple[np.ndarray, int]:
         """(int64 [L, I] counts, tokens counted) since the last `take`; both start again from 0."""
         width = n_neurons(self.lm)
         out = np.stack([c.cpu().numpy().astype(np.int64) if c is not None else np.zeros(width, np.int64)
                         for c in self.counts])
-        n, self.counts, self.n_tokens = self.n_tokens, [None] * self.n_layers, 0
+        n, self.counts, self._tokens = self.n_tokens, [None] * self.n_layers, 0
         return out, n
 
 
