@@ -251,6 +251,8 @@ def test_meta_answer_scores_equal_hf_log_probs(family, attention):
 
 
 def test_host_reads_sees_what_makes_a_gpu_wait():
+    """Each statement that reads a device value back is seen once, where it was called; integer indices, a
+    `where` and a `repeat_interleave` told its size are not."""
     x = torch.arange(6.0)
     reads = [lambda: x.sum().item(), lambda: x[x > 2], lambda: bool((x > 0).all()), lambda: x.nonzero(),
              lambda: torch.repeat_interleave(torch.tensor([1, 2]))]
