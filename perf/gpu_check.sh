@@ -32,6 +32,9 @@
 #   (174 s; meta 5-7% faster at 16,384, direct the same). Next: `workers` (~2.5 min: the probe phase with 2, 3 and 4
 #   groups in flight, in turn on one store), `segments` (~3 min: the CUDA allocator as it is and with expandable
 #   segments, its calls counted), then `profiles` (now with each thread's CUDA runtime calls), `floors`, `quarter`.
+#   Since 2026-12-01 (fewer reads back: extraction's pooler, StableLM's SDPA, the probe solvers), `tests` first
+#   (the suite now also checks that the passes read nothing back), and `probe-ab` (~2.5 min: the probe phase of
+#   this tree against `before f323d53`'s, whose solvers read ~3 values an iteration, in turns on one store).
 #
 # The GPU machine has no gguf package, so the Llama shapes take the default model's tokenizer from .gpu/tokenizer
 # (`prepare` copies the converted model's tokenizer files there, ~33 MB; .gpu/ is listed in .git/info/exclude
@@ -92,7 +95,7 @@ say() { echo "== $(( $(date +%s) - START )) s: $*"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 case "$STEP" in  # the steps that run the Llama shapes need the tokenizer
-tests|pages|wait|matmul|solver|probe|workers) ;;
+tests|pages|wait|matmul|solver|probe|probe-ab|workers) ;;
 *) [ -f "$TOK/tokenizer.json" ] || { echo "no $TOK: run 'bash perf/gpu_check.sh prepare' here and carry .gpu"; exit 2; } ;;
 esac
 WORK=/tmp/bp-work
@@ -178,6 +181,30 @@ workers)
     mkdir -p "$WORK"
     timeout 240 $PY perf/probe_phase.py --pairs quarter --languages 2 --d-model 4096 --on-disk bfloat16 --repeat 3 \
         --workers 2,3,4 --tmp "$WORK" 2>&1 | tee "$OUT/probe-workers.txt"
+    rm -rf "${WORK:?}"/*
+    ;;
+probe-ab)
+    # the probe phase of this tree and of .gpu/before's (`before REV`), in turns on one store of one language's 4
+    # groups at a quarter's size (1,796 items × 33 layers × 4096, bfloat16, written once, ~35 s), 2 rounds each: the
+    # solvers' reads back (one an iteration since 2026-12-01, ~3 a group's iteration before) against REV's, ~2.5 min;
+    # PROBE_PAIRS and PROBE_D make it small enough to try here
+    [ -f .gpu/before/REV ] || { echo "no .gpu/before: run 'bash perf/gpu_check.sh before REV' here"; exit 2; }
+    mkdir -p "$WORK"
+    timeout 120 $PY - "$WORK/acts" "${PROBE_PAIRS:-898}" "${PROBE_D:-4096}" <<'EOF'
+import sys
+from pathlib import Path
+
+sys.path.insert(0, "perf")
+from probe_phase import on_disk, synthetic_store
+
+on_disk(synthetic_store(int(sys.argv[2]), 33, int(sys.argv[3]), languages=1), Path(sys.argv[1]), "bfloat16")
+EOF
+    for name in after before-1 before-2 after-2; do
+        tree=perf; [ "${name%%-*}" = before ] && tree=.gpu/before/perf
+        say "$name ($tree): the probe phase on that store, 2 rounds"
+        { echo "## $name"; timeout 100 $PY "$tree/probe_phase.py" --acts "$WORK/acts" --repeat 2 --tmp "$WORK" 2>&1; } \
+            | tee -a "$OUT/probe-ab.txt"
+    done
     rm -rf "${WORK:?}"/*
     ;;
 wait)
