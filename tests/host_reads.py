@@ -13,8 +13,10 @@ class HostReads(TorchDispatchMode):
     """Records the operators that make a GPU's host wait for the device, with where babelprobe or transformers
     called them: a value turned into a Python number (`.item()`, `bool()`, `if tensor:`) and a result whose shape
     depends on values (boolean indexing, `nonzero`, `unique`, `masked_select`). On a CPU they are operators like any
-    other, so a CPU run finds them; a copy to the host (`.cpu()`, `.numpy()`) is no operator there, and is not seen.
-    The mode is the calling thread's: the thread that drives the device."""
+    other, so a CPU run finds them. A copy from the device to the host that waits for it (`.cpu()`, `.tolist()`, a
+    `copy_` into host memory; not one with `non_blocking`) is seen where a device holds the tensor: on a GPU
+    (`BABELPROBE_TEST_DEVICE=cuda`), not in a CPU run, where it is no operator. The mode is the calling thread's: the
+    thread that drives the device."""
 
     READS = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select", "_unique2", "unique_dim",
              "unique_consecutive"}
@@ -24,11 +26,27 @@ class HostReads(TorchDispatchMode):
         self.seen: list[tuple[str, str]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
+        name, kwargs = func.overloadpacket.__name__, kwargs or {}
         boolean = name in ("index", "index_put_", "index_put") and any(
             isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] or ())
-        if name in self.READS or boolean or (name == "repeat_interleave" and "output_size" not in (kwargs or {})
-                                             and isinstance(args[0], torch.Tensor) and len(args) < 3):
+        copy = _copy_to_host(name, args, kwargs)
+        unsized = (name == "repeat_interleave" and "output_size" not in kwargs and isinstance(args[0], torch.Tensor)
+                   and len(args) < 3)
+        if name in self.READS or boolean or copy or unsized:
             frame = next(f for f in reversed(traceback.extract_stack()[:-1]) if "/torch/" not in f.filename)
-            self.seen.append((f"{name} (boolean)" if boolean else name, f"{frame.filename}:{frame.lineno}"))
-        return func(*args, **(kwargs or {}))
+            what = f"{name} (boolean)" if boolean else f"{name} (to the host)" if copy else name
+            self.seen.append((what, f"{frame.filename}:{frame.lineno}"))
+        return func(*args, **kwargs)
+
+
+def _copy_to_host(name: str, args, kwargs) -> bool:
+    """Whether `_to_copy` or `copy_` copies a tensor held by a device into host memory, waiting for it."""
+    if name == "_to_copy":
+        source, target, queued = args[0], kwargs.get("device"), kwargs.get("non_blocking", False)
+    elif name == "copy_":
+        source, target = args[1], args[0].device
+        queued = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    else:
+        return False
+    return (isinstance(source, torch.Tensor) and source.device.type != "cpu" and target is not None
+            and torch.device(target).type == "cpu" and not queued)

@@ -252,7 +252,7 @@ def test_meta_answer_scores_equal_hf_log_probs(family, attention):
 
 def test_host_reads_sees_what_makes_a_gpu_wait():
     """Each statement that reads a device value back is seen once, where it was called; integer indices, a
-    `where` and a `repeat_interleave` told its size are not."""
+    `where`, a `repeat_interleave` told its size and a queued copy are not."""
     x = torch.arange(6.0)
     reads = [lambda: x.sum().item(), lambda: x[x > 2], lambda: bool((x > 0).all()), lambda: x.nonzero(),
              lambda: torch.repeat_interleave(torch.tensor([1, 2]))]
@@ -263,6 +263,13 @@ def test_host_reads_sees_what_makes_a_gpu_wait():
             statement()
         assert len(seen.seen) == (statement in reads), seen.seen
         assert all("test_families.py:" in where for _, where in seen.seen)
+    # a copy to the host from a device (here the meta device: the copy itself then fails) unless it is queued
+    on_device = torch.empty(3, device="meta")
+    for copy, waits in ((lambda: on_device.cpu(), True), (lambda: torch.empty(3).copy_(on_device), True),
+                        (lambda: on_device.to("cpu", non_blocking=True), False)):
+        with HostReads() as seen, pytest.raises(NotImplementedError):
+            copy()
+        assert [name.endswith("(to the host)") for name, _ in seen.seen] == ([True] if waits else [])
 
 
 @pytest.mark.parametrize("family,attention", ATTENTIONS)
