@@ -154,12 +154,13 @@ class StatsAccumulator:
         rescaled = sae.architecture == "topk" and sae.rescale_acts_by_decoder_norm
         self.decoder = sae.W_dec / sae.decoder_norms()[:, None] if rescaled else sae.W_dec  # x̂ = f·decoder + b_dec
         self.chunk = max(1, CHUNK_BYTES // (3 * 4 * d_sae))
-        # float32 sums of one batch, folded into the float64 totals after it (exact enough for ≤ a batch)
+        # float32 sums of one batch, folded into the float64 totals after it (exact enough for ≤ a batch); the totals
+        # stay on the device until `result` (a copy to the host per batch would make a GPU's host wait for each pass)
         self.batch_f = torch.zeros(n_groups, d_sae, device=device)
         self.batch_count = torch.zeros(n_groups, d_sae, device=device)
-        self.sum_f = np.zeros((n_groups, d_sae))
-        self.count = np.zeros((n_groups, d_sae))
-        self.n_tokens = np.zeros(n_groups, dtype=np.int64)
+        self.sum_f = torch.zeros(n_groups, d_sae, dtype=torch.float64, device=device)
+        self.count = torch.zeros(n_groups, d_sae, dtype=torch.float64, device=device)
+        self.n_tokens = torch.zeros(n_groups, dtype=torch.int64, device=device)
         self.sq_error = torch.zeros(n_groups, dtype=torch.float64, device=device)
         self.sum_x = torch.zeros(n_groups, d_model, dtype=torch.float64, device=device)
         self.sum_sq = torch.zeros(n_groups, dtype=torch.float64, device=device)
@@ -213,15 +214,16 @@ class StatsAccumulator:
         centred = x.double() - self.shift.to(x.device)
         self.sum_x.index_add_(0, groups, centred)
         self.sum_sq.index_add_(0, groups, centred.square().sum(1))
-        self.n_tokens += np.bincount(groups.cpu().numpy(), minlength=len(self.n_tokens))
-        self.sum_f += self.batch_f.double().cpu().numpy()
-        self.count += self.batch_count.double().cpu().numpy()
+        self.n_tokens += torch.bincount(groups, minlength=len(self.n_tokens)).to(self.n_tokens.device)
+        self.sum_f += self.batch_f.double().to(self.sum_f.device)
+        self.count += self.batch_count.double().to(self.count.device)
         self.batch_f.zero_()
         self.batch_count.zero_()
 
     def result(self, layer: int, languages: list[str], info: dict) -> SAEStats:
-        return SAEStats(layer=layer, languages=languages, n_tokens=self.n_tokens.copy(), sum_f=self.sum_f,
-                        count=self.count, sq_error=self.sq_error.cpu().numpy(), sum_x=self.sum_x.cpu().numpy(),
+        return SAEStats(layer=layer, languages=languages, n_tokens=self.n_tokens.cpu().numpy(),
+                        sum_f=self.sum_f.cpu().numpy(), count=self.count.cpu().numpy(),
+                        sq_error=self.sq_error.cpu().numpy(), sum_x=self.sum_x.cpu().numpy(),
                         sum_sq=self.sum_sq.cpu().numpy(), info=info, last=self.last)
 
 
