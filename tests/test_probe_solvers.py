@@ -429,14 +429,6 @@ def test_exact_newton_reaches_further_on_an_accelerator():
     assert choose_method("torch", *full, 4096, 6, 4, 30.0, exact_max=gpu) == "plbfgs"
 
 
-@pytest.fixture
-def as_on_an_accelerator(monkeypatch):
-    """The solvers' choices where each read back makes the host wait (`solvers.reads_are_free` false)."""
-    import babelprobe.probes.solvers as solvers
-
-    monkeypatch.setattr(solvers, "reads_are_free", lambda device: False)
-
-
 def mixed_problems(seed: int, n: int, d: int):
     """Problems of one batch that converge at different iterations (C from 1e-3 to 30), rows of either label."""
     rng = np.random.default_rng(seed)
@@ -481,13 +473,15 @@ def test_the_line_search_picks_the_same_step_with_or_without_its_read(monkeypatc
 
 
 @pytest.mark.parametrize("solver, n, d, most", [("newton", 40, 60, 1), ("newton", 80, 10, 2), ("lbfgs", 80, 30, 1)])
-def test_an_iteration_reads_back_once_on_an_accelerator(solver, n, d, most, as_on_an_accelerator):
+def test_an_iteration_reads_back_once_on_an_accelerator(solver, n, d, most, monkeypatch):
     """Each Newton iteration reads back how many problems converged (the primal one also whether a factorisation
     failed), each L-BFGS line search whether its steps have settled (its iteration's read of the problems still
     active is a copy, which `HostReads` does not see on a CPU): at most `most` operator reads per iteration, where a
     boolean index per tensor kept and a read per line-search step made up to 20."""
+    import babelprobe.probes.solvers as solvers
     from tests.host_reads import HostReads
 
+    monkeypatch.setattr(solvers, "reads_are_free", lambda device: False)  # the solvers' choices on an accelerator
     X, y, train, C = mixed_problems(5, n, d)
     with HostReads() as reads:
         _, fit = fit_predict(X, y, train, C, solver=solver, return_fit=True)

@@ -319,14 +319,10 @@ def test_a_batch_copies_only_its_last_token_states_to_the_host(tiny_store, monke
     batches, copies, cpu, cut = [], [], torch.Tensor.cpu, stats.length_batches
     monkeypatch.setattr(stats, "length_batches", lambda *a, **k: batches.extend(cut(*a, **k)) or batches)
     monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(tuple(self.shape)) or cpu(self, *a, **k))
-    g = torch.Generator().manual_seed(5)
-    sae = SAE(W_enc=torch.randn(32, 24, generator=g), W_dec=torch.randn(24, 32, generator=g) * 0.2,
-              b_enc=torch.randn(24, generator=g) * 0.1, b_dec=torch.randn(32, generator=g) * 0.1,
-              threshold=torch.rand(24, generator=g), layer=2, hook="model.layers.1.output")
-    sae_stats(lm, items, sae, batch_tokens=64)
+    sae_stats(lm, items, load_sae_like(lm, layer=2), batch_tokens=64)
     assert len(batches) >= 3
     per_batch = copies[:len(batches)]
-    assert per_batch == [(len(batch), 32) for batch in batches]  # each batch's last-token states, nothing else
+    assert per_batch == [(len(batch), lm.d_model) for batch in batches]  # each batch's last-token states alone
     assert len(copies) == len(batches) + 6  # then the six sums, once, by `result`
 
 

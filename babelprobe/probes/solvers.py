@@ -212,8 +212,12 @@ def _line_search(f, df, y, s, C, reg0, reg1, reg2, slope, steps=12):
     long = torch.tensor(LONG_STEPS, dtype=f.dtype, device=f.device)
     long_ok, long_obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, long)
     every_full, free = long_ok[0].all(), reads_are_free(f.device)
-    if free and bool(every_full):
+
+    def longer():  # the full step or a longer one, whichever lowers the objective most
         return long[torch.where(long_ok, long_obj, torch.inf).argmin(0)]
+
+    if free and bool(every_full):
+        return longer()
     # elsewhere the backtracking steps are evaluated whatever the flag, and chosen on the device (no read back)
     t = 0.5 ** torch.arange(steps, dtype=f.dtype, device=f.device)  # [T]
     ok, obj = _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t)
@@ -221,7 +225,7 @@ def _line_search(f, df, y, s, C, reg0, reg1, reg2, slope, steps=12):
     shorter = t[torch.where(ok.any(0), ok.float().argmax(0), obj.argmin(0))]
     if free:
         return shorter
-    return torch.where(every_full, long[torch.where(long_ok, long_obj, torch.inf).argmin(0)], shorter)
+    return torch.where(every_full, longer(), shorter)
 
 
 def _armijo(f, df, y, s, C, reg0, reg1, reg2, slope, t):
