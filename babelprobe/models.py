@@ -185,6 +185,14 @@ def to_device(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tenso
     return {name: tensor.to(device, non_blocking=tensor.is_pinned()) for name, tensor in tensors.items()}
 
 
+def reads_are_free(device: torch.device) -> bool:
+    """Whether reading a value back from `device` costs nothing beside the arithmetic (a CPU). Elsewhere each read
+    makes the host wait until the device has done everything queued, and the device then waits for the host's
+    next launches, so code that runs there computes a little more, or counts less exactly, to read back less (the
+    probe solvers' `_line_search` and `_line_minimum`, `runs.TokenMeter`)."""
+    return device.type == "cpu"
+
+
 def copies_done(device: torch.device) -> torch.cuda.Event:
     """A CUDA event after the work queued so far on `device`'s current stream (a chunk's or a batch's copy to
     page-locked host memory): a thread that `synchronize()`s on it sleeps until the device gets there. CUDA's

@@ -163,7 +163,9 @@ class TokenMeter:
         if run is None and mask is None:
             return
         width = run.shape[1] if run is not None else mask.shape[1]  # a mask wider than the pass covers a KV past
-        if mask is not None and mask.device.type == "cpu":
+        from babelprobe import models  # here: this module does not load torch, and a model is running
+
+        if mask is not None and models.reads_are_free(mask.device):
             self.tokens += int(mask[:, mask.shape[1] - width:].sum())
         else:  # on an accelerator the mask's sum is a read back, a wait for the device at every pass: positions
             self.tokens += int((run if run is not None else mask).shape[0] * width)

@@ -18,8 +18,11 @@ class HostReads(TorchDispatchMode):
     (`BABELPROBE_TEST_DEVICE=cuda`), not in a CPU run, where it is no operator. The mode is the calling thread's: the
     thread that drives the device."""
 
-    READS = {"_local_scalar_dense", "is_nonzero", "equal", "nonzero", "masked_select", "_unique2", "unique_dim",
-             "unique_consecutive"}
+    # under `torch.inference_mode` (every pass's) some composite operators reach the mode whole, not as the
+    # operators they are made of: `item` (not `_local_scalar_dense`), `nonzero_numpy` (`nonzero(as_tuple=True)`),
+    # `argwhere`, `allclose` and a one-argument `where`. `bincount` reads its maximum back on CUDA to size its result.
+    READS = {"_local_scalar_dense", "item", "is_nonzero", "equal", "allclose", "nonzero", "nonzero_numpy", "argwhere",
+             "masked_select", "_unique2", "unique_dim", "unique_consecutive", "bincount"}
 
     def __init__(self):
         super().__init__()
@@ -32,7 +35,8 @@ class HostReads(TorchDispatchMode):
         copy = _copy_to_host(name, args, kwargs)
         unsized = (name == "repeat_interleave" and "output_size" not in kwargs and isinstance(args[0], torch.Tensor)
                    and len(args) < 3)
-        if name in self.READS or boolean or copy or unsized:
+        condition_only = name == "where" and len(args) == 1 and not kwargs
+        if name in self.READS or boolean or copy or unsized or condition_only:
             frame = next(f for f in reversed(traceback.extract_stack()[:-1]) if "/torch/" not in f.filename)
             what = f"{name} (boolean)" if boolean else f"{name} (to the host)" if copy else name
             self.seen.append((what, f"{frame.filename}:{frame.lineno}"))

@@ -250,16 +250,20 @@ def test_meta_answer_scores_equal_hf_log_probs(family, attention):
         np.testing.assert_allclose(mine.logprobs, reference, **LOGPROB_TOL)
 
 
-def test_host_reads_sees_what_makes_a_gpu_wait():
-    """Each statement that reads a device value back is seen once, where it was called; integer indices, a
+@pytest.mark.parametrize("inference", [False, True], ids=["autograd", "inference_mode"])
+def test_host_reads_sees_what_makes_a_gpu_wait(inference):
+    """Each statement that reads a device value back is seen once, where it was called, also under inference mode
+    (every pass's), where some composite operators reach the mode whole; integer indices, a three-argument
     `where`, a `repeat_interleave` told its size and a queued copy are not."""
     x = torch.arange(6.0)
-    reads = [lambda: x.sum().item(), lambda: x[x > 2], lambda: bool((x > 0).all()), lambda: x.nonzero(),
+    reads = [lambda: x.sum().item(), lambda: int(x.sum()), lambda: x[x > 2], lambda: bool((x > 0).all()),
+             lambda: x.nonzero(), lambda: x.nonzero(as_tuple=True), lambda: torch.where(x > 2), lambda: x.argwhere(),
+             lambda: torch.allclose(x, x), lambda: torch.bincount(x.long()),
              lambda: torch.repeat_interleave(torch.tensor([1, 2]))]
     quiet = [lambda: x[torch.tensor([0, 2])], lambda: torch.where(x > 2, x, 0.0),
              lambda: torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)]
     for statement in reads + quiet:
-        with HostReads() as seen:
+        with torch.inference_mode(inference), HostReads() as seen:
             statement()
         assert len(seen.seen) == (statement in reads), seen.seen
         assert all("test_families.py:" in where for _, where in seen.seen)
@@ -277,7 +281,8 @@ def test_passes_wait_for_no_value_from_the_device(family, attention, tmp_path, m
     """Scoring (plain batches and the prefix trees of direct and meta), extraction and compare's fused pass launch
     every pass without reading a value back (`HostReads`): on a GPU the host then queues the next pass while the
     device runs this one, and reads each chunk's results back once, on another thread (issue 40). The CPU's own
-    projection in blocks of the vocabulary is replaced by the accelerators' (it indexes by flags on the host)."""
+    projection in blocks of the vocabulary is replaced by the accelerators' (it indexes by flags on the host), and
+    the token meter counts as it does there."""
     import babelprobe.benchmarks.core.logprobs as logprobs
     from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
     from babelprobe.benchmarks.direct import score_direct
@@ -287,6 +292,7 @@ def test_passes_wait_for_no_value_from_the_device(family, attention, tmp_path, m
     from babelprobe.extract.settings import ExtractSettings
 
     monkeypatch.setattr(logprobs, "_blockwise", lambda lm, device: False)
+    monkeypatch.setattr("babelprobe.models.reads_are_free", lambda device: False)  # `runs.TokenMeter` as on a GPU
     lm, items = family_lm(family, attention), pair_items()
     texts = [t for values in TEXTS.values() for t in values]
     with HostReads() as reads:

@@ -73,6 +73,7 @@ import numpy as np
 import torch
 
 from babelprobe.errors import BabelprobeError
+from babelprobe.models import reads_are_free
 from babelprobe.probes.precondition import KAPPA_MIN, GramPreconditioner, conditioning
 
 SOLVERS = ("torch", "newton", "lbfgs", "plbfgs", "sklearn")  # "torch": chosen by size, memory, conditioning
@@ -127,13 +128,6 @@ def _converged(decrement: torch.Tensor, previous: torch.Tensor, scale: torch.Ten
     nearly = decrement <= (1e-3 * tol) ** 0.5 * scale  # e.g. 3e-6 × C·m in float64
     stalled = nearly & (decrement >= 0.5 * previous)
     return small | stalled
-
-
-def reads_are_free(device: torch.device) -> bool:
-    """Whether reading a value back from `device` costs nothing beside the arithmetic (a CPU). Elsewhere each read
-    makes the host wait until the device has done everything queued, and the device then waits for the host's
-    next launches, so the solvers compute a little more to read back less (`_line_search`, `_line_minimum`)."""
-    return device.type == "cpu"
 
 
 def _finished_first(done: torch.Tensor) -> tuple[int, torch.Tensor | None]:
