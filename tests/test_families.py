@@ -282,7 +282,8 @@ def test_passes_wait_for_no_value_from_the_device(family, attention, tmp_path, m
     every pass without reading a value back (`HostReads`): on a GPU the host then queues the next pass while the
     device runs this one, and reads each chunk's results back once, on another thread (issue 40). The CPU's own
     projection in blocks of the vocabulary is replaced by the accelerators' (it indexes by flags on the host), and
-    the token meter counts as it does there."""
+    the token meter counts as it does there. The SAE pass reads back only what the host cannot know: its codes'
+    non-zeros, once per chunk."""
     import babelprobe.benchmarks.core.logprobs as logprobs
     from babelprobe.benchmarks.core.prefix import shared_prefix_logprobs
     from babelprobe.benchmarks.direct import score_direct
@@ -290,6 +291,7 @@ def test_passes_wait_for_no_value_from_the_device(family, attention, tmp_path, m
     from babelprobe.extract.fused import StoreCapture
     from babelprobe.extract.run import extract
     from babelprobe.extract.settings import ExtractSettings
+    from babelprobe.sae.stats import sae_stats
 
     monkeypatch.setattr(logprobs, "_blockwise", lambda lm, device: False)
     monkeypatch.setattr("babelprobe.models.reads_are_free", lambda device: False)  # `runs.TokenMeter` as on a GPU
@@ -304,6 +306,10 @@ def test_passes_wait_for_no_value_from_the_device(family, attention, tmp_path, m
             score_direct_capturing(lm, items, tmp_path / "direct.csv", DirectSettings(), capture, batch_tokens=64,
                                    progress=False)
     assert not reads.seen, f"{family} ({attention}) reads back: {sorted(set(reads.seen))}"
+    with HostReads() as reads:  # the SAE pass reads the codes' non-zeros back, once per chunk (`nonzero(as_tuple=True)`,
+        sae_stats(lm, items, random_sae(lm, layer=2), batch_tokens=64)  # `nonzero_numpy` under inference mode)
+    seen = {what for what, _ in reads.seen if not what.endswith("(to the host)")}  # its copies: tests/test_sae.py
+    assert seen == {"nonzero_numpy"}, f"{family} ({attention}): {sorted(set(reads.seen))}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -496,19 +502,23 @@ def test_the_sae_pass_reads_the_state_extraction_stores(family, tmp_path):
     from babelprobe.extract import open_store
     from babelprobe.extract.run import extract
     from babelprobe.sae.stats import sae_stats
-    from babelprobe.sae.weights import SAE
 
     lm = family_lm(family)
     layer = 2
-    generator = torch.Generator().manual_seed(0)
-    W_enc = torch.randn(lm.d_model, 64, generator=generator)
-    sae = SAE(W_enc=W_enc, W_dec=W_enc.T.contiguous(), b_enc=torch.zeros(64), b_dec=torch.zeros(lm.d_model),
-              architecture="standard", layer=layer, path="random")
     items = items_frame()
-    stats = sae_stats(lm, items, sae, batch_tokens=64)
+    stats = sae_stats(lm, items, random_sae(lm, layer), batch_tokens=64)
     extract(lm, items, tmp_path / "store", layers=str(layer), pool="last", progress=False)
     np.testing.assert_allclose(stats.last, open_store(tmp_path / "store").read(layer), **STATE_TOL)
     assert stats.n_tokens.sum() == sum(len(e.ids) - 1 for e in lm.encode(items["text"].tolist()))
+
+
+def random_sae(lm, layer: int):
+    """A ReLU SAE of 64 random features at `layer`, decoder the encoder's transpose."""
+    from babelprobe.sae.weights import SAE
+
+    W_enc = torch.randn(lm.d_model, 64, generator=torch.Generator().manual_seed(0))
+    return SAE(W_enc=W_enc, W_dec=W_enc.T.contiguous(), b_enc=torch.zeros(64), b_dec=torch.zeros(lm.d_model),
+               architecture="standard", layer=layer, path="random")
 
 
 # ------------------------------------------------------------------------------ the table and refusals

@@ -310,20 +310,33 @@ def test_hooked_output_equals_store_layer_and_the_pass_counts_every_token_but_bo
         assert stats.fit().set_index("language").loc[language, "fvu"] == pytest.approx(error / variance, rel=1e-4)
 
 
-def test_a_batch_copies_only_its_last_token_states_to_the_host(tiny_store, monkeypatch):
-    """The per-language sums stay where the pass runs until `result` (on a GPU each copy to the host waits for the
-    pass that made it); a batch copies its texts' last-token states, which `extract --pool last` also stores."""
+def test_the_pass_reads_back_only_the_codes_non_zeros_and_copies_its_last_states_a_block_at_a_time(tiny_store,
+                                                                                                     monkeypatch):
+    """A batch reads back from the device (`HostReads`: on a GPU the host would wait there for the pass that made
+    it) only the codes' non-zeros, once per chunk: the positions that count, their languages and the token counts
+    come from the host's batch, and the sums stay on the device until `result`. The last-token states leave it a
+    block of texts at a time, not per batch."""
     import babelprobe.sae.stats as stats
+    from tests.host_reads import HostReads
 
     _, lm, items = tiny_store
-    batches, copies, cpu, cut = [], [], torch.Tensor.cpu, stats.length_batches
+    monkeypatch.setattr(stats.HostRows, "BLOCK_BYTES", 4 * lm.d_model * 7)  # 7 texts a block
+    monkeypatch.setattr(stats, "CHUNK_BYTES", 3 * 4 * 16 * 10)  # chunks of 10 tokens (the SAE's 16 features)
+    batches, chunks, copies, cpu, cut = [], [], [], torch.Tensor.cpu, stats.length_batches
     monkeypatch.setattr(stats, "length_batches", lambda *a, **k: batches.extend(cut(*a, **k)) or batches)
     monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(tuple(self.shape)) or cpu(self, *a, **k))
-    sae_stats(lm, items, load_sae_like(lm, layer=2), batch_tokens=64)
-    assert len(batches) >= 3
-    per_batch = copies[:len(batches)]
-    assert per_batch == [(len(batch), lm.d_model) for batch in batches]  # each batch's last-token states alone
-    assert len(copies) == len(batches) + 6  # then the six sums, once, by `result`
+    encode = SAE.encode
+    monkeypatch.setattr(SAE, "encode", lambda self, x: chunks.append(len(x)) or encode(self, x))
+    with HostReads() as reads:
+        result = sae_stats(lm, items, load_sae_like(lm, layer=2), batch_tokens=64)
+    assert len(batches) >= 3 and len(chunks) > len(batches)
+    assert [what for what, _ in reads.seen] == ["nonzero_numpy"] * len(chunks)  # (inference mode's name)
+    assert all(where.startswith(stats.__file__) for _, where in reads.seen)
+    blocks, sums = copies[:-5], copies[-5:]  # `result`: five sums, once
+    assert len(blocks) < len(batches)
+    assert sum(rows for rows, _ in blocks) == len(items) and all(width == lm.d_model for _, width in blocks)
+    assert all(rows <= max(7, max(map(len, batches))) for rows, _ in blocks)
+    assert [shape[0] for shape in sums] == [len(result.languages)] * 5
 
 
 # --------------------------------------------------------------------------------------------- ablation

@@ -35,7 +35,7 @@ import torch
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.extract.capture import Pooler, StopForward
-from babelprobe.models import LoadedModel
+from babelprobe.models import LoadedModel, sync_free_attention
 from babelprobe.sites import Hooks, residual
 
 BACKENDS = ("hf", "transformer_lens", "nnsight")
@@ -72,7 +72,8 @@ class Backend:
 
 class HFBackend(Backend):
     """Reads at the residual sites of the requested layers (`babelprobe.sites.Hooks`: a forward pre-hook on
-    block 1 for layer 0, a forward hook on block i for layer i) and stops after the last one."""
+    block 1 for layer 0, a forward hook on block i for layer i) and stops after the last one. Its passes run
+    under `models.sync_free_attention` (transformers' SDPA without its read of the mask at every pass)."""
 
     name = "hf"
 
@@ -90,7 +91,8 @@ class HFBackend(Backend):
     def run(self, batch, pooler):
         self.pooler = pooler
         try:
-            self.hooks.run(batch)
+            with sync_free_attention(self.lm):
+                self.hooks.run(batch)
         finally:
             self.pooler = None
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,7 +40,7 @@ from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
 from babelprobe.extract.settings import ExtractSettings
 from babelprobe.extract.store import POOLS, StoreWriter, check_room, ensure_dir, first_rows, store_lock
-from babelprobe.models import length_batches, pad_batch, pass_tokens, sync_free_attention
+from babelprobe.models import length_batches, pad_batch, pass_tokens
 from babelprobe.pipeline import frozen_heap
 from babelprobe.runtime import Runtime, runner
 from babelprobe.settings import settings_record
@@ -305,9 +304,7 @@ def _extract_shards(lm, world, writer, encodings, keys, backend_name, layers, ba
                                          if k not in shards and writer.shard_is_done(k)]
     start = time.perf_counter()
     clock, cost = ForwardClock(lm.device), pass_tokens(lm.device)
-    attention = sync_free_attention(lm) if backend_name == "hf" else nullcontext()
-    with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode(), attention, \
-            frozen_heap():
+    with make_backend(backend_name, lm, layers, remote=remote) as backend, torch.inference_mode(), frozen_heap():
         background = BackgroundWriter(writer, keys, (len(layers), lm.d_model), records,
                                       update_manifest=world.size == 1, threaded=remote != "local")
         runner = _BatchRunner(lm, backend, layers, writer.pools, padding_side, stats, clock, background.encoding)

@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import LoadedModel, length_batches, pad_batch
+from babelprobe.models import LoadedModel, length_batches, pad_host, to_device
 from babelprobe.sae.weights import SAE, check_fits
 
 CHUNK_BYTES = 256 * 2**20  # working memory of one chunk of codes (pre-activations and codes, float32)
@@ -145,7 +145,13 @@ class SAEStats:
 
 class StatsAccumulator:
     """Receives one layer's hidden states per batch from an extraction backend (`add`, the `Pooler`
-    interface) and adds the SAE's per-language sums; `begin` is called before each batch."""
+    interface) and adds the SAE's per-language sums; `begin` is called before each batch with its host tensors.
+
+    The batch's positions that count, their languages and the token counts come from the host's padded batch,
+    so a batch reads back from the device only what the host cannot know: the codes' non-zeros, once per chunk
+    (their number sizes the reconstruction, which gathers only the decoder rows of the features that fired). The
+    sums stay on the device until `result`, and the last-token states leave it a block of texts at a time
+    (`HostRows`). On a GPU each read makes the host wait for the pass that made it."""
 
     def __init__(self, sae: SAE, n_groups: int, d_model: int, device: torch.device, n_texts: int = 0):
         self.sae = sae
@@ -155,38 +161,43 @@ class StatsAccumulator:
         self.decoder = sae.W_dec / sae.decoder_norms()[:, None] if rescaled else sae.W_dec  # x̂ = f·decoder + b_dec
         self.chunk = max(1, CHUNK_BYTES // (3 * 4 * d_sae))
         # float32 sums of one batch, folded into the float64 totals after it (exact enough for ≤ a batch); the totals
-        # stay on the device until `result` (a copy to the host per batch would make a GPU's host wait for each pass)
+        # stay on the device until `result`
         self.batch_f = torch.zeros(n_groups, d_sae, device=device)
         self.batch_count = torch.zeros(n_groups, d_sae, device=device)
         self.sum_f = torch.zeros(n_groups, d_sae, dtype=torch.float64, device=device)
         self.count = torch.zeros(n_groups, d_sae, dtype=torch.float64, device=device)
-        self.n_tokens = torch.zeros(n_groups, dtype=torch.int64, device=device)
         self.sq_error = torch.zeros(n_groups, dtype=torch.float64, device=device)
         self.sum_x = torch.zeros(n_groups, d_model, dtype=torch.float64, device=device)
         self.sum_sq = torch.zeros(n_groups, dtype=torch.float64, device=device)
+        self.n_tokens = np.zeros(n_groups, dtype=np.int64)  # counted on the host
         self.shift: torch.Tensor | None = None
-        self.last = np.zeros((n_texts, d_model), dtype=np.float32)  # each text's last-token state
-        self.mask = self.groups = self.rows = self.last_index = None
+        self.last = HostRows(n_texts, d_model)  # each text's last-token state
+        self.positions = self.groups = self.rows = self.last_index = None
 
     def begin(self, attention_mask: torch.Tensor, groups: torch.Tensor, exclude_bos: bool, rows=None) -> None:
-        """The batch's token mask (real tokens, each text's first left out when it is BOS: a text of BOS
-        alone adds nothing, as Deng et al. skip it), the language group of each row and (`rows`) where its
-        texts' last-token states go."""
+        """The batch's host tensors: its attention mask (real tokens count, each text's first left out when it is
+        BOS: a text of BOS alone adds nothing, as Deng et al. skip it) and the language group of each row; `rows`:
+        where its texts' last-token states go."""
+        mask = attention_mask.numpy().astype(bool)
         self.rows = rows
-        self.last_index = attention_mask.sum(dim=1) - 1  # right padding
-        mask = attention_mask.to(torch.bool).clone()
+        last_index = mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
         if exclude_bos:
-            first = mask.to(torch.int8).argmax(dim=1)
-            mask[torch.arange(len(mask), device=mask.device), first] = False
-        self.mask = mask
-        self.groups = groups[:, None].expand_as(mask)[mask]
+            mask[np.arange(len(mask)), mask.argmax(axis=1)] = False
+        positions = np.flatnonzero(mask)  # into the batch's [rows × width] states, in order
+        groups = groups.numpy()[positions // mask.shape[1]]
+        self.n_tokens += np.bincount(groups, minlength=len(self.n_tokens))
+        host = {name: torch.from_numpy(values) for name, values in
+                (("positions", positions), ("groups", groups), ("last_index", last_index))}
+        if torch.device(self.device).type == "cuda":  # page-locked: copied without blocking, in order
+            host = {name: tensor.pin_memory() for name, tensor in host.items()}
+        on = to_device(host, self.device)
+        self.positions, self.groups, self.last_index = on["positions"], on["groups"], on["last_index"]
 
     def add(self, column: int, hidden: torch.Tensor) -> None:
         if self.rows is not None:
             batch = torch.arange(len(hidden), device=hidden.device)
-            self.last[self.rows] = hidden[batch, self.last_index.to(hidden.device)].float().cpu().numpy()
-        mask = self.mask.to(hidden.device)
-        x = hidden[mask].to(torch.float32)
+            self.last.put(self.rows, hidden[batch, self.last_index.to(hidden.device)])
+        x = hidden.reshape(-1, hidden.shape[-1]).index_select(0, self.positions.to(hidden.device)).to(torch.float32)
         groups = self.groups.to(hidden.device)
         if self.shift is None:
             self.shift = x.double().mean(0) if len(x) else torch.zeros(x.shape[1], dtype=torch.float64)
@@ -196,7 +207,7 @@ class StatsAccumulator:
             # the codes are sparse: their non-zeros feed every sum, and the reconstruction gathers only
             # the decoder rows of the features that fired (the same sums as the dense product f W_dec)
             f = self.sae.encode(xc)
-            rows, cols = f.nonzero(as_tuple=True)
+            rows, cols = f.nonzero(as_tuple=True)  # the chunk's one read back
             values = f[rows, cols]
             del f
             cell = gc[rows] * self.d_sae + cols
@@ -214,17 +225,50 @@ class StatsAccumulator:
         centred = x.double() - self.shift.to(x.device)
         self.sum_x.index_add_(0, groups, centred)
         self.sum_sq.index_add_(0, groups, centred.square().sum(1))
-        self.n_tokens += torch.bincount(groups, minlength=len(self.n_tokens)).to(self.n_tokens.device)
         self.sum_f += self.batch_f.double().to(self.sum_f.device)
         self.count += self.batch_count.double().to(self.count.device)
         self.batch_f.zero_()
         self.batch_count.zero_()
 
     def result(self, layer: int, languages: list[str], info: dict) -> SAEStats:
-        return SAEStats(layer=layer, languages=languages, n_tokens=self.n_tokens.cpu().numpy(),
-                        sum_f=self.sum_f.cpu().numpy(), count=self.count.cpu().numpy(),
-                        sq_error=self.sq_error.cpu().numpy(), sum_x=self.sum_x.cpu().numpy(),
-                        sum_sq=self.sum_sq.cpu().numpy(), info=info, last=self.last)
+        last = self.last.result()
+        sums = {name: getattr(self, name).cpu().numpy() for name in ("sum_f", "count", "sq_error", "sum_x", "sum_sq")}
+        return SAEStats(layer=layer, languages=languages, n_tokens=self.n_tokens.copy(), info=info, last=last, **sums)
+
+
+class HostRows:
+    """Rows [n, d] made on a device in any order (`put(rows, values)`), gathered into a float32 host array: they wait
+    on the device in the order they came and are copied off it a block of BLOCK_BYTES at a time (one wait for the
+    device per block, not per batch)."""
+
+    BLOCK_BYTES = 256 * 2**20
+
+    def __init__(self, n: int, d: int):
+        self.out = np.zeros((n, d), dtype=np.float32)
+        self.capacity = min(n, max(1, self.BLOCK_BYTES // (4 * max(d, 1))))
+        self.block: torch.Tensor | None = None
+        self.rows: list[np.ndarray] = []  # the host rows of what waits in the block, in its order
+        self.filled = 0
+
+    def put(self, rows, values: torch.Tensor) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.block is None or self.filled + len(rows) > len(self.block):
+            self.flush()
+            size = max(self.capacity, len(rows))
+            if self.block is None or len(self.block) < size:
+                self.block = torch.empty((size, self.out.shape[1]), dtype=torch.float32, device=values.device)
+        self.block[self.filled:self.filled + len(rows)] = values
+        self.rows.append(rows)
+        self.filled += len(rows)
+
+    def flush(self) -> None:
+        if self.filled:
+            self.out[np.concatenate(self.rows)] = self.block[:self.filled].cpu().numpy()
+        self.rows, self.filled = [], 0
+
+    def result(self) -> np.ndarray:
+        self.flush()
+        return self.out
 
 
 def sae_stats(lm: LoadedModel, items: pd.DataFrame, sae: SAE, *, batch_tokens: int = 4096,
@@ -246,7 +290,7 @@ def sae_stats(lm: LoadedModel, items: pd.DataFrame, sae: SAE, *, batch_tokens: i
     batches = length_batches([len(e.ids) for e in encodings], batch_tokens)
     with make_backend("hf", lm, [sae.layer]) as backend, torch.inference_mode():
         for batch in tqdm(batches, desc="sae stats", unit="batch", disable=not progress):
-            padded = pad_batch([encodings[i] for i in batch], lm.pad_token_id, "right", lm.device)
-            acc.begin(padded["attention_mask"], groups[batch].to(lm.device), lm.bos_policy == "bos", rows=batch)
-            backend.run(padded, acc)
+            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right", pin=lm.device.type == "cuda")
+            acc.begin(padded["attention_mask"], groups[batch], lm.bos_policy == "bos", rows=batch)
+            backend.run(to_device(padded, lm.device), acc)
     return acc.result(sae.layer, languages, sae.describe())

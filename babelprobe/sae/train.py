@@ -313,7 +313,7 @@ def heldout_fit(lm, sae: SAE, rows_by_language: dict[str, list[list[int]]], batc
     """(fit table, dead share): FVU and L0 per language and pooled on the held-out rows (every token but
     BOS; `sae.stats.SAEStats.fit`), and the share of features that fire on no held-out token."""
     from babelprobe.extract.backends import make_backend
-    from babelprobe.models import Encoding, length_batches, pad_batch
+    from babelprobe.models import Encoding, length_batches, pad_host, to_device
     from babelprobe.sae.stats import StatsAccumulator
 
     languages = sorted(code for code, rows in rows_by_language.items() if rows)
@@ -326,9 +326,9 @@ def heldout_fit(lm, sae: SAE, rows_by_language: dict[str, list[list[int]]], batc
     acc = StatsAccumulator(on_device, len(languages), lm.d_model, lm.device, n_texts=len(rows))
     with make_backend("hf", lm, [sae.layer]) as backend, torch.inference_mode():
         for batch in length_batches([len(e.ids) for e in encodings], batch_tokens):
-            padded = pad_batch([encodings[i] for i in batch], lm.pad_token_id, "right", lm.device)
-            acc.begin(padded["attention_mask"], groups[batch].to(lm.device), lm.bos_policy == "bos", rows=batch)
-            backend.run(padded, acc)
+            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right", pin=lm.device.type == "cuda")
+            acc.begin(padded["attention_mask"], groups[batch], lm.bos_policy == "bos", rows=batch)
+            backend.run(to_device(padded, lm.device), acc)
     stats = acc.result(sae.layer, languages, sae.describe())
     table = stats.fit().drop(columns=["l0_published"])
     return table, float((stats.count.sum(0) == 0).mean())
