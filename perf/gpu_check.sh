@@ -264,7 +264,7 @@ tests)
     BABELPROBE_TEST_DEVICE=cuda timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_families.py \
         -k "extract_equals and not nnsight and not transformer_lens or direct_scores or meta_answer or one_pass or wait_for_no_value" \
         2>&1 | tail -n 40 | tee "$OUT/tests.txt"
-    timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_probe_sweep.py tests/test_perf_workflow.py \
+    timeout 200 $PY -m pytest -q -p no:cacheprovider tests/test_probe_sweep.py tests/test_perf_workflow.py tests/test_sae_train.py \
         -k "cuda or gpu" 2>&1 | tail -n 15 | tee -a "$OUT/tests.txt"
     ;;
 pages)

@@ -139,6 +139,45 @@ def test_heldout_fit_is_the_fvu_around_each_language_mean(tiny):
     assert table.set_index("language").loc["all", "n_tokens"] == 4 + 2 + 3
 
 
+def test_the_stream_serves_hf_states_and_copies_each_batch_off_the_device_once(tiny, monkeypatch):
+    """`sae.stream.run_rows`: every row's states at the layer but BOS, as HF's `hidden_states` give them; a batch
+    reads nothing back from the device (`HostReads`: the positions that count come from the host's batch) and
+    leaves it in one copy, not a copy per row."""
+    import babelprobe.sae.stream as stream
+    from tests.host_reads import HostReads
+
+    rows = [[tiny.bos_token_id, *range(30, 30 + n)] for n in (5, 2, 7, 3, 0, 4, 6)]
+    batches, copies, cpu, cut = [], [], torch.Tensor.cpu, stream.length_batches
+    monkeypatch.setattr(stream, "length_batches", lambda *a, **k: batches.extend(cut(*a, **k)) or batches)
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(tuple(self.shape)) or cpu(self, *a, **k))
+    with HostReads() as reads:
+        served = dict(stream.run_rows(tiny, rows, 2, batch_tokens=16))
+    assert not reads.seen, reads.seen
+    assert len(batches) >= 3 and len(copies) == len(batches)
+    for i, row in enumerate(rows):
+        with torch.inference_mode():
+            hidden = tiny.model(torch.tensor([row]), output_hidden_states=True).hidden_states[2][0, 1:]
+        torch.testing.assert_close(served[i], hidden, rtol=1e-5, atol=1e-5)  # batched against alone: float32 order
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_sae_trains_on_the_models_gpu_as_on_the_cpu(tmp_path):
+    """Trained where the model runs: on a GPU the same SAE as on the CPU, up to float32 arithmetic's drift over
+    the steps (the same seeded initialisation and batches)."""
+    import copy
+
+    from tests.tiny import tiny_lm
+
+    base, runs = tiny_lm("gemma3"), {}
+    for device in ("cpu", "cuda"):
+        lm = bp.wrap_model(copy.deepcopy(base.model).to(device), base.tokenizer, name="tiny-gemma3")
+        runs[device] = bp.train_sae(lm, "udhr", tmp_path / device, languages=LANGUAGES, **small())
+    cpu, gpu = runs["cpu"], runs["cuda"]
+    assert gpu.sae.W_enc.device.type == "cpu"  # the result in host memory, as `load_sae` gives it
+    torch.testing.assert_close(gpu.sae.W_dec, cpu.sae.W_dec, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(gpu.fit["fvu"], cpu.fit["fvu"], rtol=1e-3)
+
+
 @pytest.mark.parametrize("values, message", [
     ({"tokens": 100, "batch_size": 256}, "--tokens 100 is less than one --batch-size 256"),
     ({"k": 100, "width": 64}, "--k 100 must not exceed --width 64"),

@@ -21,29 +21,32 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from babelprobe.models import Encoding, LoadedModel, length_batches, pad_batch
+from babelprobe.models import Encoding, LoadedModel, length_batches, pad_host, to_device
 
 CACHE_BYTES = 4 * 2**30  # the states of every training row are kept when they fit in this much memory
 
 
 class _Collector:
-    """Receives one layer's hidden states per batch from an extraction backend (the `Pooler`
-    interface) and keeps every real token's state but each row's BOS, row by row."""
+    """Receives one layer's hidden states per batch from an extraction backend (the `Pooler` interface) and
+    keeps every real token's state but each row's BOS, row by row. Which positions those are comes from the
+    host's padded batch, and the batch's states leave the device in one copy (a boolean index and a copy per
+    row would each make a GPU's host wait for the pass)."""
 
     def __init__(self, skip_bos: bool):
         self.skip_bos = skip_bos
-        self.mask = None
+        self.positions, self.counts = None, []
         self.rows: list[torch.Tensor] = []
 
     def begin(self, attention_mask: torch.Tensor) -> None:
-        mask = attention_mask.to(torch.bool).clone()
+        """The batch's host attention mask (right padding)."""
+        mask = attention_mask.numpy().astype(bool)
         if self.skip_bos:
             mask[:, 0] = False  # right padding: each row's first position is its BOS
-        self.mask, self.rows = mask, []
+        self.positions, self.counts, self.rows = torch.from_numpy(np.flatnonzero(mask)), mask.sum(1).tolist(), []
 
     def add(self, column: int, hidden: torch.Tensor) -> None:
-        mask = self.mask.to(hidden.device)
-        self.rows = [hidden[i][mask[i]].to(torch.float32).cpu() for i in range(len(hidden))]
+        states = hidden.reshape(-1, hidden.shape[-1]).index_select(0, self.positions.to(hidden.device))
+        self.rows = list(torch.split(states.to(torch.float32).cpu(), self.counts))
 
 
 def run_rows(lm: LoadedModel, rows: list[list[int]], layer: int, batch_tokens: int = 8192) -> Iterator[tuple[int, torch.Tensor]]:
@@ -54,9 +57,9 @@ def run_rows(lm: LoadedModel, rows: list[list[int]], layer: int, batch_tokens: i
     encodings = [Encoding(row, [(0, 0)] * len(row)) for row in rows]
     with make_backend("hf", lm, [layer]) as backend, torch.inference_mode():
         for batch in length_batches([len(r) for r in rows], batch_tokens):
-            padded = pad_batch([encodings[i] for i in batch], lm.pad_token_id, "right", lm.device)
+            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right", pin=lm.device.type == "cuda")
             collector.begin(padded["attention_mask"])
-            backend.run(padded, collector)
+            backend.run(to_device(padded, lm.device), collector)
             yield from zip(batch, collector.rows)
 
 

@@ -7,8 +7,9 @@ evaluated on held-out tokens, saved in the SAELens layout.
 
 Data (`sae.stream`): the corpus's training part packed into rows of `--window` tokens (BOS first,
 `corpus.pack_rows`), run through the model to the layer, every token's state but BOS, shuffled through
-SAELens' mixing buffer, `--batch-size` states a step until `--tokens` states (the corpus runs again when
-it runs out, as SAELens' store does). The states are scaled by s = √d_in / mean ‖x‖ (SAELens'
+SAELens' mixing buffer (in host memory), `--batch-size` states a step until `--tokens` states (the corpus runs
+again when it runs out, as SAELens' store does); the SAE trains on the model's device, as SAELens' on its
+`device`. The states are scaled by s = √d_in / mean ‖x‖ (SAELens'
 `normalize_activations="expected_average_only_in"`, estimated on the first 100 batches) and s is folded
 into the saved weights (`fold_activation_norm_scaling_factor`: W_enc·s, W_dec/s, b_dec/s).
 
@@ -172,12 +173,14 @@ class TrainingSAE(torch.nn.Module):
 
     @torch.no_grad()
     def inference_sae(self, scale: float, layer: int) -> SAE:
-        """The SAE in raw units (module docstring: the scale and, for topk, the decoder norms folded)."""
-        W_enc, W_dec, b_enc, b_dec = (t.detach().clone() for t in (self.W_enc, self.W_dec, self.b_enc, self.b_dec))
+        """The SAE in raw units (module docstring: the scale and, for topk, the decoder norms folded), in host
+        memory as `load_sae` gives one."""
+        W_enc, W_dec, b_enc, b_dec = (t.detach().cpu().clone() for t in (self.W_enc, self.W_dec, self.b_enc,
+                                                                          self.b_dec))
         if self.architecture == "topk":  # _fold_norm_topk
             norms = W_dec.norm(dim=1)
             b_enc, W_dec, W_enc = b_enc * norms, W_dec / norms[:, None], W_enc * norms[None]
-        threshold = self.threshold.detach().clone() if self.architecture == "jumprelu" else None
+        threshold = self.threshold.detach().cpu().clone() if self.architecture == "jumprelu" else None
         return SAE(W_enc=W_enc * scale, W_dec=W_dec / scale, b_enc=b_enc, b_dec=b_dec / scale,
                    architecture=self.architecture, threshold=threshold, k=self.k, apply_b_dec_to_input=True,
                    rescale_acts_by_decoder_norm=False, layer=layer,
@@ -262,13 +265,16 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
     if batches is not None:
         batches = iter(batches)
         first = next(batches)
-        batches, d_in = itertools.chain([first], batches), first.shape[1]
+        batches, d_in, device = itertools.chain([first], batches), first.shape[1], first.device
     else:
-        d_in = lm.d_model
-    trainer = TrainingSAE(d_in, settings.width, settings.architecture, settings.k, generator)
+        d_in, device = lm.d_model, lm.device
+    # initialised on the host with its seeded generator (the same weights on every device), trained where the model
+    # runs (SAELens trains on its `device`): the batches come from the host's mixing buffer one at a time
+    trainer = TrainingSAE(d_in, settings.width, settings.architecture, settings.k, generator).to(device)
     optimiser = torch.optim.Adam(trainer.parameters(), lr=settings.lr, betas=(0.9, 0.999))
     steps = settings.tokens // settings.batch_size
-    state = _State(since_fired=torch.zeros(settings.width), fired=torch.zeros(settings.width))
+    state = _State(since_fired=torch.zeros(settings.width, device=device),
+                   fired=torch.zeros(settings.width, device=device))
     if checkpoint is not None:
         _resume(checkpoint, identity, trainer, optimiser, state)
     # a resumed run draws its later batches anew, seeded by the step (module docstring)
@@ -280,7 +286,7 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
     warm, decay_from = max(1, int(steps * WARM_UP_SHARE)), int(steps * (1 - DECAY_SHARE))
     bar = tqdm(total=steps, initial=state.step, desc="sae train", unit="step", disable=not progress)
     while state.step < steps:
-        x = next(data).to(torch.float32) * state.scale
+        x = next(data).to(device, torch.float32) * state.scale
         # SAELens' CoefficientScheduler (training/optim.py): 0 at the first step, λ·s/W at step s, then λ
         coefficient = settings.l1 * min(1.0, state.step / warm)
         losses, f = trainer(x, state.since_fired > settings.dead_feature_window, coefficient)
@@ -295,7 +301,7 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
         with torch.no_grad():
             fired = (f > 0).sum(0)
             state.since_fired += 1
-            state.since_fired[fired > 0] = 0
+            state.since_fired.masked_fill_(fired > 0, 0)  # not a boolean index: no read back on a GPU
             state.fired += fired
         state.tokens += len(x)
         state.step += 1
@@ -392,7 +398,8 @@ def _resume(path: Path, identity: dict, trainer: TrainingSAE, optimiser, state: 
     optimiser.load_state_dict(saved)
     state.step, state.scale, state.tokens = int(record["step"]), float(record["scale"]), int(record["tokens"])
     state.losses = list(record["losses"])
-    state.since_fired, state.fired = tensors["since_fired"].clone(), tensors["fired"].clone()
+    device = state.fired.device
+    state.since_fired, state.fired = tensors["since_fired"].to(device), tensors["fired"].to(device)
 
 
 def checkpoint_fit(model, corpus, out: str | Path, settings: TrainSettings, *, languages: list[str] | None = None,
