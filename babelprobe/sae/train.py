@@ -286,7 +286,10 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
     warm, decay_from = max(1, int(steps * WARM_UP_SHARE)), int(steps * (1 - DECAY_SHARE))
     bar = tqdm(total=steps, initial=state.step, desc="sae train", unit="step", disable=not progress)
     while state.step < steps:
-        x = next(data).to(device, torch.float32) * state.scale
+        x = next(data).to(torch.float32)
+        if device.type == "cuda":  # page-locked, the copy queued: from pageable memory it would wait for the last step
+            x = x.pin_memory()
+        x = x.to(device, non_blocking=x.is_pinned()) * state.scale
         # SAELens' CoefficientScheduler (training/optim.py): 0 at the first step, λ·s/W at step s, then λ
         coefficient = settings.l1 * min(1.0, state.step / warm)
         losses, f = trainer(x, state.since_fired > settings.dead_feature_window, coefficient)
