@@ -276,8 +276,6 @@ def sae_stats(lm: LoadedModel, items: pd.DataFrame, sae: SAE, *, batch_tokens: i
     """One forward pass over the items' texts to the SAE's layer, keeping the per-language sums of the
     module docstring (items: a DataFrame with `text` and `language`, e.g. `load_items(...)`) and each
     text's last-token state there (`SAEStats.last`, in item order: what `extract --pool last` stores)."""
-    from babelprobe.extract.backends import make_backend
-
     check_fits(sae, lm.d_model, lm.n_layers)
     if items is None or len(items) == 0:
         raise BabelprobeError("no items to run the SAE on")
@@ -285,8 +283,17 @@ def sae_stats(lm: LoadedModel, items: pd.DataFrame, sae: SAE, *, batch_tokens: i
     group_of = {language: i for i, language in enumerate(languages)}
     groups = torch.tensor(items["language"].astype(str).map(group_of).to_numpy(np.int64))
     encodings = lm.encode(items["text"].tolist(), names=items["item_id"].tolist() if "item_id" in items else None)
+    return stats_pass(lm, sae, encodings, groups, languages, batch_tokens, progress)
+
+
+def stats_pass(lm: LoadedModel, sae: SAE, encodings: list, groups: torch.Tensor, languages: list[str],
+               batch_tokens: int, progress: bool = False) -> SAEStats:
+    """The pass of `sae_stats` over encoded texts (`groups`: each text's index in `languages`), in batches of
+    similar lengths, right-padded on the host."""
+    from babelprobe.extract.backends import make_backend
+
     sae = sae.to(lm.device)
-    acc = StatsAccumulator(sae, len(languages), lm.d_model, lm.device, n_texts=len(items))
+    acc = StatsAccumulator(sae, len(languages), lm.d_model, lm.device, n_texts=len(encodings))
     batches = length_batches([len(e.ids) for e in encodings], batch_tokens)
     with make_backend("hf", lm, [sae.layer]) as backend, torch.inference_mode():
         for batch in tqdm(batches, desc="sae stats", unit="batch", disable=not progress):

@@ -321,9 +321,8 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
 def heldout_fit(lm, sae: SAE, rows_by_language: dict[str, list[list[int]]], batch_tokens: int = 8192):
     """(fit table, dead share): FVU and L0 per language and pooled on the held-out rows (every token but
     BOS; `sae.stats.SAEStats.fit`), and the share of features that fire on no held-out token."""
-    from babelprobe.extract.backends import make_backend
-    from babelprobe.models import Encoding, length_batches, pad_host, to_device
-    from babelprobe.sae.stats import StatsAccumulator
+    from babelprobe.models import Encoding
+    from babelprobe.sae.stats import stats_pass
 
     languages = sorted(code for code, rows in rows_by_language.items() if rows)
     rows = [(g, row) for g, code in enumerate(languages) for row in rows_by_language[code]]
@@ -331,14 +330,7 @@ def heldout_fit(lm, sae: SAE, rows_by_language: dict[str, list[list[int]]], batc
         raise BabelprobeError("no held-out text to evaluate the SAE on")
     encodings = [Encoding(row, [(0, 0)] * len(row)) for _, row in rows]
     groups = torch.tensor([g for g, _ in rows])
-    on_device = sae.to(lm.device)
-    acc = StatsAccumulator(on_device, len(languages), lm.d_model, lm.device, n_texts=len(rows))
-    with make_backend("hf", lm, [sae.layer]) as backend, torch.inference_mode():
-        for batch in length_batches([len(e.ids) for e in encodings], batch_tokens):
-            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right", pin=lm.device.type == "cuda")
-            acc.begin(padded["attention_mask"], groups[batch], lm.bos_policy == "bos", rows=batch)
-            backend.run(to_device(padded, lm.device), acc)
-    stats = acc.result(sae.layer, languages, sae.describe())
+    stats = stats_pass(lm, sae, encodings, groups, languages, batch_tokens)
     table = stats.fit().drop(columns=["l0_published"])
     return table, float((stats.count.sum(0) == 0).mean())
 
