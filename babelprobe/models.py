@@ -159,7 +159,7 @@ def cheapest_batches(widths: np.ndarray, reach: np.ndarray, pass_cost: float) ->
 
 def pad_batch(encodings: list[Encoding], pad_id: int, padding_side: str, device) -> dict[str, torch.Tensor]:
     """input_ids, attention_mask and position_ids (0 at each text's first real token) for a batch."""
-    return to_device(pad_host(encodings, pad_id, padding_side, pin=torch.device(device).type == "cuda"), device)
+    return to_device(pad_host(encodings, pad_id, padding_side), device)
 
 
 def pad_host(encodings: list[Encoding], pad_id: int, padding_side: str, pin: bool = False) -> dict[str, torch.Tensor]:
@@ -180,9 +180,17 @@ def pad_host(encodings: list[Encoding], pad_id: int, padding_side: str, pin: boo
 
 
 def to_device(tensors: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
-    """Host tensors to `device`, without blocking when they are page-locked (the copy is queued in order
-    before the work that reads them)."""
-    return {name: tensor.to(device, non_blocking=tensor.is_pinned()) for name, tensor in tensors.items()}
+    """Host tensors to `device` (`on_device`)."""
+    return {name: on_device(tensor, device) for name, tensor in tensors.items()}
+
+
+def on_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on `device`. To a GPU it goes from page-locked memory (locked here unless a producer thread
+    did it already: `pad_host(pin=True)`), its copy queued in order before the work that reads it; a copy from
+    pageable memory waits for everything queued before it (CUDA's API synchronisation behaviour)."""
+    if torch.device(device).type == "cuda" and tensor.device.type == "cpu" and not tensor.is_pinned():
+        tensor = tensor.pin_memory()
+    return tensor.to(device, non_blocking=tensor.is_pinned())
 
 
 def reads_are_free(device: torch.device) -> bool:

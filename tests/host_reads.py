@@ -1,5 +1,6 @@
 """`HostReads`: the operators that would make a GPU's host wait for the device, found on any device (tests of the
-passes of every family, tests/test_families.py, and of the probe solvers' iterations, tests/test_probe_solvers.py)."""
+passes of every family, tests/test_families.py, and of the probe solvers' iterations, tests/test_probe_solvers.py),
+and `batches_and_copies`, the copies to the host a pass makes per batch (tests/test_sae.py, tests/test_sae_train.py)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,12 @@ def _copy_to_host(name: str, args, kwargs) -> bool:
         return False
     return (isinstance(source, torch.Tensor) and source.device.type != "cpu" and target is not None
             and torch.device(target).type == "cpu" and not queued)
+
+
+def batches_and_copies(monkeypatch, module) -> tuple[list, list]:
+    """(the batches `module.length_batches` cut, the shapes of every `Tensor.cpu` copy), filled as the test runs:
+    how often a pass copies to the host, per batch."""
+    batches, copies, cpu, cut = [], [], torch.Tensor.cpu, module.length_batches
+    monkeypatch.setattr(module, "length_batches", lambda *a, **k: batches.extend(cut(*a, **k)) or batches)
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(tuple(self.shape)) or cpu(self, *a, **k))
+    return batches, copies

@@ -317,14 +317,13 @@ def test_the_pass_reads_back_only_the_codes_non_zeros_and_copies_its_last_states
     come from the host's batch, and the sums stay on the device until `result`. The last-token states leave it a
     block of texts at a time, not per batch."""
     import babelprobe.sae.stats as stats
-    from tests.host_reads import HostReads
+    from tests.host_reads import HostReads, batches_and_copies
 
     _, lm, items = tiny_store
     monkeypatch.setattr(stats.HostRows, "BLOCK_BYTES", 4 * lm.d_model * 7)  # 7 texts a block
     monkeypatch.setattr(stats, "CHUNK_BYTES", 3 * 4 * 16 * 10)  # chunks of 10 tokens (the SAE's 16 features)
-    batches, chunks, copies, cpu, cut = [], [], [], torch.Tensor.cpu, stats.length_batches
-    monkeypatch.setattr(stats, "length_batches", lambda *a, **k: batches.extend(cut(*a, **k)) or batches)
-    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(tuple(self.shape)) or cpu(self, *a, **k))
+    batches, copies = batches_and_copies(monkeypatch, stats)
+    chunks = []
     encode = SAE.encode
     monkeypatch.setattr(SAE, "encode", lambda self, x: chunks.append(len(x)) or encode(self, x))
     with HostReads() as reads:

@@ -144,12 +144,10 @@ def test_the_stream_serves_hf_states_and_copies_each_batch_off_the_device_once(t
     reads nothing back from the device (`HostReads`: the positions that count come from the host's batch) and
     leaves it in one copy, not a copy per row."""
     import babelprobe.sae.stream as stream
-    from tests.host_reads import HostReads
+    from tests.host_reads import HostReads, batches_and_copies
 
     rows = [[tiny.bos_token_id, *range(30, 30 + n)] for n in (5, 2, 7, 3, 0, 4, 6)]
-    batches, copies, cpu, cut = [], [], torch.Tensor.cpu, stream.length_batches
-    monkeypatch.setattr(stream, "length_batches", lambda *a, **k: batches.extend(cut(*a, **k)) or batches)
-    monkeypatch.setattr(torch.Tensor, "cpu", lambda self, *a, **k: copies.append(tuple(self.shape)) or cpu(self, *a, **k))
+    batches, copies = batches_and_copies(monkeypatch, stream)
     with HostReads() as reads:
         served = dict(stream.run_rows(tiny, rows, 2, batch_tokens=16))
     assert not reads.seen, reads.seen

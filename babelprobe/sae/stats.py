@@ -35,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from babelprobe.errors import BabelprobeError
-from babelprobe.models import LoadedModel, length_batches, pad_host, to_device
+from babelprobe.models import LoadedModel, length_batches, on_device, pad_host, to_device
 from babelprobe.sae.weights import SAE, check_fits
 
 CHUNK_BYTES = 256 * 2**20  # working memory of one chunk of codes (pre-activations and codes, float32)
@@ -143,6 +143,14 @@ class SAEStats:
 
 # --------------------------------------------------------------------------------------------- the pass
 
+def counted_tokens(attention_mask: torch.Tensor, exclude_bos: bool) -> np.ndarray:
+    """[rows, width] bool: the real tokens of a host batch, each text's first left out when it is BOS."""
+    mask = attention_mask.numpy().astype(bool)
+    if exclude_bos:
+        mask[np.arange(len(mask)), mask.argmax(axis=1)] = False
+    return mask
+
+
 class StatsAccumulator:
     """Receives one layer's hidden states per batch from an extraction backend (`add`, the `Pooler`
     interface) and adds the SAE's per-language sums; `begin` is called before each batch with its host tensors.
@@ -178,20 +186,14 @@ class StatsAccumulator:
         """The batch's host tensors: its attention mask (real tokens count, each text's first left out when it is
         BOS: a text of BOS alone adds nothing, as Deng et al. skip it) and the language group of each row; `rows`:
         where its texts' last-token states go."""
-        mask = attention_mask.numpy().astype(bool)
         self.rows = rows
-        last_index = mask.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
-        if exclude_bos:
-            mask[np.arange(len(mask)), mask.argmax(axis=1)] = False
-        positions = np.flatnonzero(mask)  # into the batch's [rows × width] states, in order
-        groups = groups.numpy()[positions // mask.shape[1]]
+        width = attention_mask.shape[1]
+        last_index = width - 1 - attention_mask.numpy()[:, ::-1].argmax(axis=1)
+        positions = np.flatnonzero(counted_tokens(attention_mask, exclude_bos))  # into the [rows × width] states
+        groups = groups.numpy()[positions // width]
         self.n_tokens += np.bincount(groups, minlength=len(self.n_tokens))
-        host = {name: torch.from_numpy(values) for name, values in
-                (("positions", positions), ("groups", groups), ("last_index", last_index))}
-        if torch.device(self.device).type == "cuda":  # page-locked: copied without blocking, in order
-            host = {name: tensor.pin_memory() for name, tensor in host.items()}
-        on = to_device(host, self.device)
-        self.positions, self.groups, self.last_index = on["positions"], on["groups"], on["last_index"]
+        self.positions, self.groups, self.last_index = (on_device(torch.from_numpy(values), self.device)
+                                                        for values in (positions, groups, last_index))
 
     def add(self, column: int, hidden: torch.Tensor) -> None:
         if self.rows is not None:
@@ -297,7 +299,7 @@ def stats_pass(lm: LoadedModel, sae: SAE, encodings: list, groups: torch.Tensor,
     batches = length_batches([len(e.ids) for e in encodings], batch_tokens)
     with make_backend("hf", lm, [sae.layer]) as backend, torch.inference_mode():
         for batch in tqdm(batches, desc="sae stats", unit="batch", disable=not progress):
-            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right", pin=lm.device.type == "cuda")
+            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right")
             acc.begin(padded["attention_mask"], groups[batch], lm.bos_policy == "bos", rows=batch)
             backend.run(to_device(padded, lm.device), acc)
     return acc.result(sae.layer, languages, sae.describe())

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from babelprobe.models import Encoding, LoadedModel, length_batches, pad_host, to_device
+from babelprobe.sae.stats import counted_tokens
 
 CACHE_BYTES = 4 * 2**30  # the states of every training row are kept when they fit in this much memory
 
@@ -39,9 +40,7 @@ class _Collector:
 
     def begin(self, attention_mask: torch.Tensor) -> None:
         """The batch's host attention mask (right padding)."""
-        mask = attention_mask.numpy().astype(bool)
-        if self.skip_bos:
-            mask[:, 0] = False  # right padding: each row's first position is its BOS
+        mask = counted_tokens(attention_mask, self.skip_bos)
         self.positions, self.counts, self.rows = torch.from_numpy(np.flatnonzero(mask)), mask.sum(1).tolist(), []
 
     def add(self, column: int, hidden: torch.Tensor) -> None:
@@ -57,7 +56,7 @@ def run_rows(lm: LoadedModel, rows: list[list[int]], layer: int, batch_tokens: i
     encodings = [Encoding(row, [(0, 0)] * len(row)) for row in rows]
     with make_backend("hf", lm, [layer]) as backend, torch.inference_mode():
         for batch in length_batches([len(r) for r in rows], batch_tokens):
-            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right", pin=lm.device.type == "cuda")
+            padded = pad_host([encodings[i] for i in batch], lm.pad_token_id, "right")
             collector.begin(padded["attention_mask"])
             backend.run(to_device(padded, lm.device), collector)
             yield from zip(batch, collector.rows)

@@ -56,6 +56,7 @@ import torch
 
 from babelprobe.errors import BabelprobeError
 from babelprobe.inputs import check_input
+from babelprobe.models import on_device
 from babelprobe.sae.settings import TrainSettings
 from babelprobe.sae.weights import SAE, SAELENS_CONFIG, save_sae
 from babelprobe.settings import settings_record
@@ -286,10 +287,7 @@ def fit(lm, rows: list[list[int]], layer: int, settings: TrainSettings, *, ident
     warm, decay_from = max(1, int(steps * WARM_UP_SHARE)), int(steps * (1 - DECAY_SHARE))
     bar = tqdm(total=steps, initial=state.step, desc="sae train", unit="step", disable=not progress)
     while state.step < steps:
-        x = next(data).to(torch.float32)
-        if device.type == "cuda":  # page-locked, the copy queued: from pageable memory it would wait for the last step
-            x = x.pin_memory()
-        x = x.to(device, non_blocking=x.is_pinned()) * state.scale
+        x = on_device(next(data).to(torch.float32), device) * state.scale  # queued behind the last step
         # SAELens' CoefficientScheduler (training/optim.py): 0 at the first step, λ·s/W at step s, then λ
         coefficient = settings.l1 * min(1.0, state.step / warm)
         losses, f = trainer(x, state.since_fired > settings.dead_feature_window, coefficient)
