@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -67,9 +67,11 @@ class CompareSettings(Nested):
     layers: str = option(PEAK, metavar="peak|N", aliases=("--layer",),
                          help="neuro layer of the per-pair view: 'peak' (each group's best layer) or a layer number")
     store_dtype: str | None = option(None, choices=STORE_DTYPES,
-                                     help="the dtype of a new activation store (as extract's --store-dtype; default "
-                                          "float32; bfloat16 halves it: an 8B model's every layer is 540 KB per item "
-                                          "in float32); a store already at --acts is reused in its own unless this asks "
+                                     help="the dtype of a new activation store (as extract's --store-dtype; default: "
+                                          "the model's own for a bfloat16 or float16 model's last-token rows, which "
+                                          "are values of that dtype, so half of float32's bytes for the same numbers; "
+                                          "float32 otherwise: an 8B model's every layer is 540 KB per item in "
+                                          "float32); a store already at --acts is reused in its own unless this asks "
                                           "for another")
 
     def __post_init__(self):
@@ -84,7 +86,8 @@ class CompareSettings(Nested):
 
     @property
     def new_store_dtype(self) -> str:
-        """The dtype of a store this comparison makes (`store_dtype`, float32 when not asked)."""
+        """The dtype of a store this comparison makes (`store_dtype`; `compare` fills it in when not asked,
+        `store_dtype_for`; float32 where it is still None)."""
         return self.store_dtype or "float32"
 
     @property
@@ -167,6 +170,11 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
     # bad prompts fail before model work
     digest = prompts_digest(settings.prompts, sorted(items["language"].unique())) if asks_meta else None
     acts = Path(acts) if acts is not None else out / "acts"
+    if not runtime.loaded:  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
+        from babelprobe.analysis.xcomps import protocol_dtype
+
+        runtime = runtime.replace(model_dtype=protocol_dtype(settings.protocol, runtime.model_dtype, runtime.device))
+    settings = replace(settings, store_dtype=store_dtype_for(settings, acts, runtime))
     if (out / MANIFEST).exists():  # another run in OUT, or another store at acts: before the model loads
         check_identity(out, {"fingerprint": runtime.info.fingerprint, "items_hash": items_hash(items)}, MANIFEST,
                        runtime.overwrite, WHAT)
@@ -176,10 +184,6 @@ def compare(items: pd.DataFrame | str, out: str | Path, settings: CompareSetting
         from babelprobe.extract.layers import parse_layers
 
         parse_layers(settings.layers, runtime.info.n_layers)
-    if not runtime.loaded:  # the paper protocol loads float16 on CUDA (XCOMPS §4.1), as `compare --protocol paper`
-        from babelprobe.analysis.xcomps import protocol_dtype
-
-        runtime = runtime.replace(model_dtype=protocol_dtype(settings.protocol, runtime.model_dtype, runtime.device))
     lm = runtime.lm
     run = open_run(out, {"fingerprint": lm.fingerprint, "items_hash": items_hash(items)},
                    record={"model": lm.name, "protocol": settings.protocol, "settings": settings_record(settings),
@@ -312,6 +316,15 @@ def _fused_direct(lm, items, out: Path, acts: Path, settings: CompareSettings, b
 def _probe_written(result, path: Path):
     result.write(path)
     return result
+
+
+def store_dtype_for(settings: CompareSettings, acts: Path, runtime: Runtime) -> str:
+    """The dtype of the store at `acts` that compare makes, resumes or reuses, as extraction decides it
+    (`extract.run.store_dtype`: --store-dtype, else a store's own, else the exact one for the model)."""
+    from babelprobe.extract.run import store_dtype
+
+    return store_dtype(ExtractSettings(pool=settings.pool, dtype=settings.store_dtype), acts, runtime.compute_dtype,
+                       runtime.overwrite)
 
 
 def _check_store(acts: Path, runtime: Runtime, items: pd.DataFrame, dtype: str | None) -> None:

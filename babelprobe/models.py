@@ -71,6 +71,12 @@ def auto_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "cpu" else torch.bfloat16
 
 
+def load_dtype(device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> torch.dtype:
+    """The dtype `load_model` loads a model in: `dtype`, else bf16 on an accelerator and fp32 on the CPU (the
+    first available device when `device` is None, as with `device_map`)."""
+    return parse_dtype(dtype) or auto_dtype(torch.device(device) if device is not None else auto_device())
+
+
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
@@ -337,7 +343,7 @@ def load_model(spec: str = "default", device: str | torch.device | None = None,
     if device_map is not None and device is not None:
         raise BabelprobeError("choose either --device or --device-map, not both")
     device = torch.device(device) if device is not None else auto_device()
-    dtype = parse_dtype(dtype) or auto_dtype(device)
+    dtype = load_dtype(device, dtype)
     directory, name = _model_directory(spec, revision, trust_remote_code)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

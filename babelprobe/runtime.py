@@ -88,6 +88,16 @@ class Runtime:
 
         return model_info(str(self.model), revision=self.revision, trust_remote_code=self.trust_remote_code)
 
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the model computes in ("bfloat16", ...), without loading it: the loaded model's, or the one
+        `models.load_model` will load it in."""
+        if self.loaded:
+            return str(self.lm.dtype).removeprefix("torch.")
+        from babelprobe.models import load_dtype
+
+        return str(load_dtype(self.device, self.model_dtype)).removeprefix("torch.")
+
     @cached_property
     def lm(self):
         """The model (`models.LoadedModel`), loaded once, when first asked for: after every check."""

@@ -82,6 +82,7 @@ from timing import rounds  # noqa: E402  (perf/timing.py)
 from babelprobe import comparison  # noqa: E402
 from babelprobe.benchmarks.core.logprobs import logprobs_of_states  # noqa: E402
 from babelprobe.benchmarks.meta import meta_requests, prompt_texts  # noqa: E402
+from babelprobe.extract.settings import exact_dtype  # noqa: E402
 from babelprobe.items import load_items  # noqa: E402
 from babelprobe.models import length_batches, load_model, pad_batch, wrap_model  # noqa: E402
 from babelprobe.runs import RunDir  # noqa: E402
@@ -740,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", help="float32, bfloat16 (default: bf16 on CUDA and simulated, fp32 on CPU)")
     parser.add_argument("--batch-tokens", type=int, default=4096)
     parser.add_argument("--store-dtype", choices=("float32", "float16", "bfloat16"),
-                        help="the activation store's dtype (default float32: 540 KB per item at the 8B shape)")
+                        help="the activation store's dtype (default: compare's, the model's own for a bfloat16 "
+                        "model's last-token rows, 270 KB per item at the 8B shape; float32 on a CPU)")
     parser.add_argument("--separate", action="store_true", help="extraction as a pass of its own (not fused into "
                         "direct scoring)")
     parser.add_argument("--no-floors", action="store_true", help="measure no floor (the arithmetic one, computed, "
@@ -775,12 +777,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--tmp {args.tmp}: no such directory")
     rows, extra = run(args)
     n_languages = len(args.languages.split(","))
+    dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     header = {"shape": args.shape, "folds": folds(args), "hardware": hardware(args.device), "device": args.device,
-              "dtype": args.dtype or ("float32" if args.device == "cpu" else "bfloat16"),
+              "dtype": dtype,
               "pairs_per_cell": args.pairs, "pairs_total": args.pairs * n_languages * len(SUBSETS),
               "languages": n_languages, "batch_tokens": args.batch_tokens, "torch": torch.__version__,
               "rounds": args.repeat, "shared": args.shared, "separate": args.separate, "rate": extra["rate"],
-              "store_dtype": args.store_dtype or "float32", "probe_layers": args.probe_layers}
+              "store_dtype": args.store_dtype or exact_dtype("last", dtype), "probe_layers": args.probe_layers}
     text = markdown(rows, header)
     print(text)
     if args.json:

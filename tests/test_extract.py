@@ -398,6 +398,26 @@ def write_items_file(path, texts=CORPUS):
     return path
 
 
+def test_cli_extract_keeps_a_bfloat16_models_last_tokens_in_bfloat16_unless_asked(tmp_path, capsys):
+    """The default --store-dtype loses nothing: a bfloat16 model's last-token states are bfloat16 values
+    (tests/test_families.py), so they are stored in bfloat16 and read back as a float32 store of them does; a
+    mean is stored in float32, and a store already at --out keeps its own dtype."""
+    model = save_tiny_model(tmp_path / "model")
+    items = write_items_file(tmp_path / "items.jsonl")
+    base = ["extract", "--model", str(model), "--items", str(items), "--model-dtype", "bfloat16", "--device", "cpu",
+            "--no-progress"]
+    assert main([*base, "--out", str(tmp_path / "default")]) == 0
+    assert main([*base, "--out", str(tmp_path / "f32"), "--store-dtype", "float32"]) == 0
+    assert main([*base, "--out", str(tmp_path / "both"), "--pool", "both"]) == 0
+    narrow, wide = open_store(tmp_path / "default"), open_store(tmp_path / "f32")
+    assert (narrow.dtype, wide.dtype, open_store(tmp_path / "both").dtype) == ("bfloat16", "float32", "float32")
+    assert narrow.manifest["extract_settings"]["dtype"] == "bfloat16"  # the record says what was made
+    np.testing.assert_array_equal(narrow.read_layers(), wide.read_layers())
+    capsys.readouterr()
+    assert main([*base, "--out", str(tmp_path / "f32")]) == 0
+    assert "nothing left to extract" in capsys.readouterr().out
+
+
 def test_cli_extract_and_verify(tmp_path, capsys):
     model = save_tiny_model(tmp_path / "model")
     items = write_items_file(tmp_path / "items.jsonl")

@@ -15,6 +15,8 @@ configs (tests/families.py).
                                  experts: HF's own eager expert loop, its act_fn calls mapped back to experts)
     intervene --method neurons = a hand edit of the down projection's input (experts: of act_fn's output)
     sae                        = the SAE pass reads the state extraction stores
+    bfloat16 states            = a bfloat16 model's last-token states are bfloat16 values (why compare's store
+                                 of them is bfloat16 by default: the same numbers in half the bytes)
     no read back               = the passes of scoring, extraction and compare's one pass ask the device for no
                                  value (`HostReads`: what would make a GPU's host wait between passes)
 
@@ -510,6 +512,32 @@ def test_the_sae_pass_reads_the_state_extraction_stores(family, tmp_path):
     extract(lm, items, tmp_path / "store", layers=str(layer), pool="last", progress=False)
     np.testing.assert_allclose(stats.last, open_store(tmp_path / "store").read(layer), **STATE_TOL)
     assert stats.n_tokens.sum() == sum(len(e.ids) - 1 for e in lm.encode(items["text"].tolist()))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_bfloat16_models_last_token_states_are_bfloat16_values(family, tmp_path):
+    """Why compare stores a bfloat16 model's last-token rows in bfloat16 unless asked otherwise
+    (`extract.settings.exact_dtype`): every state extraction stores of them, through each backend, is a
+    bfloat16 value already (the blocks' outputs), so rounding it to bfloat16 changes no bit of it."""
+    import copy
+
+    from babelprobe.extract import open_store
+    from babelprobe.extract.run import extract
+    from babelprobe.models import wrap_model
+    from tests.families import DEVICE
+
+    model, tokenizer = build(family)
+    half = wrap_model(copy.deepcopy(model).to(DEVICE, torch.bfloat16), tokenizer, name=f"tiny-{family}-bf16")
+    # TransformerLens 4's bridge fails on a bfloat16 OLMo or OLMo 2 (its attention multiplies float32 weights by
+    # bfloat16 values: "expected scalar type Float but found BFloat16"), in float32 it runs (above)
+    backends = ("hf", "nnsight") if family in ("olmo", "olmo2") else ("hf", "nnsight", "transformer_lens")
+    for backend in backends:
+        extract(half, items_frame(), tmp_path / backend, layers="all", pool="last", dtype="float32",
+                backend=backend, progress=False)
+        store = open_store(tmp_path / backend)
+        for layer in store.layers:
+            values = torch.from_numpy(store.read(layer))
+            assert values.abs().max() > 0 and torch.equal(values.to(torch.bfloat16).float(), values), (backend, layer)
 
 
 def random_sae(lm, layer: int):

@@ -231,3 +231,53 @@ def test_compare_stores_in_the_dtype_asked_for_and_an_existing_store_in_its_own(
         comparison.compare(tiny, items, tmp_path / "again", acts=acts, folds=2, store_dtype="float32", progress=False)
     comparison.compare(tiny, items, tmp_path / "again", acts=acts, folds=2, progress=False)  # reused as it is
     assert open_store(acts).manifest["shards"] == narrow.manifest["shards"]
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_a_bfloat16_models_store_is_bfloat16_by_default_with_the_same_numbers(tmp_path, monkeypatch, fuse):
+    """compare's default store dtype loses nothing (`extract.settings.exact_dtype`): a bfloat16 model's
+    last-token states are bfloat16 values, so its store keeps them in bfloat16, half of float32's bytes, and
+    reads back as the float32 store of the same passes does, bit for bit; the probes fit on them are the same."""
+    import json
+
+    import torch
+
+    from babelprobe.models import wrap_model
+    from tests.tiny import tiny_lm
+
+    lm = tiny_lm()
+    half = wrap_model(lm.model.to(torch.bfloat16), lm.tokenizer, name="tiny-llama-bf16")
+    items = sample_items()
+    monkeypatch.setattr(comparison, "FUSE", fuse)
+    comparison.compare(half, items, tmp_path / "default", folds=2, batch_tokens=64, progress=False, figures=False)
+    comparison.compare(half, items, tmp_path / "f32", folds=2, batch_tokens=64, store_dtype="float32",
+                       progress=False, figures=False)
+    narrow, wide = open_store(tmp_path / "default" / "acts"), open_store(tmp_path / "f32" / "acts")
+    assert (narrow.dtype, wide.dtype) == ("bfloat16", "float32")
+    for layer in wide.layers:
+        np.testing.assert_array_equal(narrow.read(layer), wide.read(layer))
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "default" / "neuro.csv"),
+                                  pd.read_csv(tmp_path / "f32" / "neuro.csv"))
+    record = json.loads((tmp_path / "default" / "compare.json").read_text())
+    assert record["settings"]["store_dtype"] == "bfloat16"  # the record says what was made
+
+
+def test_compares_store_dtype_is_known_before_the_model_loads(tiny, tmp_path):
+    """`store_dtype_for` from the runtime's planned dtype (no weights loaded): the model's own dtype for a
+    16-bit model's last-token rows, float32 for a float32 model or a mean; what was asked for; and a store
+    already at --acts keeps its dtype unless --overwrite."""
+    from babelprobe.runtime import Runtime
+    from babelprobe.settings import settings_for
+
+    def dtype(runtime, **values):
+        return comparison.store_dtype_for(settings_for(comparison.CompareSettings, **values), tmp_path / "acts",
+                                          runtime)
+
+    planned = {name: Runtime(device="cpu", model_dtype=name) for name in ("float32", "bfloat16", "float16")}
+    assert [dtype(runtime) for runtime in planned.values()] == ["float32", "bfloat16", "float16"]
+    assert Runtime(device="cpu").compute_dtype == "float32" and not planned["bfloat16"].loaded
+    assert dtype(planned["bfloat16"], pool="mean") == "float32"
+    assert dtype(planned["bfloat16"], store_dtype="float32") == "float32"
+    extract(tiny, sample_items(), tmp_path / "acts", dtype="float16", progress=False)
+    assert dtype(planned["bfloat16"]) == "float16"
+    assert dtype(Runtime(device="cpu", model_dtype="bfloat16", overwrite=True)) == "bfloat16"

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 from babelprobe.cli.common import (
     PLACEMENT,
@@ -108,7 +109,7 @@ def run_extract(args) -> int:
     from babelprobe.cli.common import settings_from
     from babelprobe.extract.distributed import env_world, local_device
     from babelprobe.extract.layers import check_spec
-    from babelprobe.extract.run import check_extract, check_store_room, extract
+    from babelprobe.extract.run import check_extract, check_store_room, extract, store_dtype
     from babelprobe.tables import check_out_dir
 
     settings = settings_from(args, ExtractSettings)  # every check that needs no model, before loading one
@@ -116,8 +117,10 @@ def run_extract(args) -> int:
     check_placement(args)
     check_out_dir(args.out)
     items = items_from(args)
+    planned = runtime_from(args)  # the dtype the model will compute in decides the store's by default
+    settings = replace(settings, dtype=store_dtype(settings, args.out, planned.compute_dtype, planned.overwrite))
     if not args.remote:  # the layers and the store's room by the model's config (a remote one's: once read)
-        info = runtime_from(args).info
+        info = planned.info
         check_extract(info.n_layers, settings, batch_tokens=args.batch_tokens, shard_size=args.shard_size)
         check_store_room(args.out, items, settings, info, args.compression)
     lm = placed_model(args, local_device())

@@ -25,7 +25,7 @@ again there).
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +72,10 @@ class StoreCapture:
     def __init__(self, lm, items: pd.DataFrame, out: str | Path, settings: ExtractSettings | None = None, *,
                  shard_size: int | None = None, batch_tokens: int = 4096, compression: str = "none",
                  source: dict | None = None, provenance: dict | None = None, overwrite: bool = False):
-        from babelprobe.extract.run import _writer, parse_pools
+        from babelprobe.extract.run import _writer, parse_pools, store_dtype
 
         settings = settings or ExtractSettings()
+        settings = replace(settings, dtype=store_dtype(settings, out, str(lm.dtype).removeprefix("torch."), overwrite))
         if settings.backend != "hf" or settings.truncate:
             raise BabelprobeError("a fused extraction uses the hf backend without truncation")
         self.lm, self.overwrite = lm, overwrite

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +38,7 @@ from babelprobe.extract.background import BackgroundWriter
 from babelprobe.extract.capture import Pooler
 from babelprobe.extract.distributed import World, join_world
 from babelprobe.extract.layers import parse_layers
-from babelprobe.extract.settings import ExtractSettings
+from babelprobe.extract.settings import ExtractSettings, exact_dtype
 from babelprobe.extract.store import POOLS, StoreWriter, check_room, ensure_dir, first_rows, store_lock
 from babelprobe.models import length_batches, pad_batch, pass_tokens
 from babelprobe.pipeline import frozen_heap
@@ -169,6 +169,7 @@ def extract(items: pd.DataFrame, out: str | Path, settings: ExtractSettings | No
     from babelprobe.items import validate
 
     items = validate(items.copy(), "items given to extract")  # schema, unique ids, non-empty texts
+    settings = replace(settings, dtype=store_dtype(settings, out, runtime.compute_dtype, runtime.overwrite))
     check_store_room(out, items, settings, runtime.info, compression)  # before the weights load
     lm = runtime.lm
     layers, pools = parse_layers(settings.layers, lm.n_layers), parse_pools(settings.pool)
@@ -189,6 +190,21 @@ def extract(items: pd.DataFrame, out: str | Path, settings: ExtractSettings | No
                     overwrite, progress, remote)
     finally:
         world.close()
+
+
+def store_dtype(settings: ExtractSettings, out: str | Path, model_dtype: str, overwrite: bool = False) -> str:
+    """The dtype of the store at `out` that an extraction makes or resumes, known before the model loads
+    (`model_dtype`: what it computes in, `Runtime.compute_dtype`): the one asked for (`settings.dtype`); else
+    the dtype of a store already there (kept unless `overwrite`); else the fewest bytes that hold the model's
+    states exactly (`settings.exact_dtype`: bfloat16 for a bfloat16 model's last-token rows, the default on a
+    GPU; float32 on a CPU)."""
+    from babelprobe.extract.store import MANIFEST, open_store
+
+    if settings.dtype is not None:
+        return settings.dtype
+    if not overwrite and (Path(out) / MANIFEST).exists():
+        return open_store(out, allow_incomplete=True).dtype
+    return exact_dtype(settings.pool, model_dtype)
 
 
 def check_extract(lm, settings: ExtractSettings, *, batch_tokens: int = 8192, shard_size: int | None = None,

@@ -17,6 +17,14 @@ BACKENDS = ("hf", "transformer_lens", "nnsight")  # = backends.BACKENDS (tested)
 ON_OVERFLOW = ("error", "bfloat16", "float32")
 
 
+def exact_dtype(pool: str, model_dtype: str) -> str:
+    """The fewest bytes that keep a model's stored states exactly: a bfloat16 or float16 model's last-token
+    states are values of its own dtype (the blocks' outputs; checked on every family and backend in
+    tests/test_families.py), so its store of last-token rows alone holds the same numbers in half the bytes
+    of float32; a mean over tokens is no such value, nor is a float32 model's state, so those are float32."""
+    return model_dtype if pool == "last" and model_dtype in ("bfloat16", "float16") else "float32"
+
+
 @dataclass(frozen=True)
 class ExtractSettings:
     """What an extraction stores (recorded in the store's manifest)."""
@@ -25,8 +33,11 @@ class ExtractSettings:
                          "0-4,12 (0 = embeddings, i = output of block i)")
     pool: str = option("last", choices=POOLINGS,
                        help="last token, masked mean over the text's tokens (BOS excluded), or both")
-    dtype: str = option("float32", flag="--store-dtype", choices=DTYPES, aliases=("--dtype",),
-                        help="dtype on disk (bfloat16 is stored as raw 16 bits)")
+    dtype: str | None = option(None, flag="--store-dtype", choices=DTYPES, aliases=("--dtype",),
+                               help="dtype on disk (bfloat16 is stored as raw 16 bits; default: a bfloat16 or "
+                               "float16 model's own for last-token rows, which are values of that dtype, so the "
+                               "same numbers in half of float32's bytes; float32 otherwise; a store being resumed "
+                               "keeps its own)")
     on_overflow: str = option("error", choices=ON_OVERFLOW,
                               help="when a shard's values exceed float16's range: stop with an error naming the layer, "
                               "or store that shard as bfloat16 / float32")
@@ -40,6 +51,6 @@ class ExtractSettings:
             object.__setattr__(self, "layers", ",".join(map(str, self.layers)))
         object.__setattr__(self, "layers", "all" if self.layers is None else str(self.layers))
         one_of(self, "pool", POOLINGS)
-        one_of(self, "dtype", DTYPES)
+        one_of(self, "dtype", DTYPES, allow_none=True)
         one_of(self, "on_overflow", ON_OVERFLOW)
         one_of(self, "backend", BACKENDS)
